@@ -1,0 +1,75 @@
+// Plugin kind `mask`: which positions may attend to which (../shared/DESIGN.md).
+//
+// A strategy describes one sequence by a rank and a role per token. Query token i may attend
+// key token j when
+//
+//     role[j] != pad  &&  ( i == j  ||  (role[j] == content && rank[j] <= rank[i]) )
+//
+// bidirectional: all ranks 0; causal: rank = position; seq2seq (UniLM): rank = cumulative sum
+// of the segment ids; permutation: rank = index of the position in the factorization order.
+// `query` tokens (the query stream for predicting in a permutation order with a BERT-like
+// model) see the content ranked at or below their own rank and themselves, and no other token
+// sees them. Strategies that rank cannot express fill `dense` (allowed[i * n + j]) instead;
+// the rule above then reads `role[j] != pad && dense[i * n + j]`.
+//
+// The attention kernel evaluates this rule on the fly: no n x n mask is stored per head or
+// layer. Incremental decoding with a KV cache is valid when every new token ranks at or above
+// everything cached and the strategy is rank-based (supports_incremental()).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "masque/plugin.hpp"
+
+namespace masque {
+
+enum class TokenRole : std::uint8_t { pad = 0, content = 1, query = 2 };
+
+// What a task knows about one sequence of `length` content tokens.
+struct MaskRequest {
+  std::int32_t length = 0;
+  std::span<const std::int32_t> segments;  // per content token (seq2seq), or empty
+  std::span<const std::int32_t> order;     // explicit factorization order for this record, or
+                                           // empty to use the strategy's own setting
+  std::uint64_t record_id = 0;             // seeds per-record random orders
+};
+
+struct SequenceMask {
+  std::vector<std::int32_t> rank;  // one per token: content tokens, then query tokens
+  std::vector<TokenRole> role;
+  std::vector<std::uint8_t> dense;  // empty, or n*n with n = rank.size()
+  std::vector<std::int32_t> order;  // the factorization order used (permutation), else empty
+  // Query tokens appended after the content: the content position each one predicts. The task
+  // feeds a [MASK] token with that position id for each.
+  std::vector<std::int32_t> query_positions;
+
+  std::size_t size() const { return rank.size(); }
+  bool allowed(std::size_t i, std::size_t j) const;
+};
+
+// Contract: build() is const and thread-safe; it throws RecordError for a request it cannot
+// serve (e.g. an order that is not a permutation of 0..length-1, missing segments).
+class BOOST_SYMBOL_VISIBLE MaskStrategy : public Plugin {
+ public:
+  virtual SequenceMask build(const MaskRequest& request) const = 0;
+  virtual bool supports_incremental() const = 0;
+};
+
+// The attention layout of a padded batch of B sequences of T tokens (row b, column t at
+// b * T + t). Padding columns have role pad.
+struct AttentionLayout {
+  std::int32_t batch = 0, length = 0;
+  std::vector<std::int32_t> rank;   // B*T
+  std::vector<TokenRole> role;      // B*T
+  std::vector<std::uint8_t> dense;  // empty, or B*T*T
+
+  void reset(std::int32_t batch, std::int32_t length);  // all pad, rank 0, no dense
+  // Copies one sequence's mask into row b (its size must be <= T).
+  void set_row(std::int32_t b, const SequenceMask& mask);
+  bool allowed(std::int32_t b, std::int32_t i, std::int32_t j) const;
+};
+
+}  // namespace masque

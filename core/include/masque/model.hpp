@@ -1,0 +1,95 @@
+// Plugin kind `model`: a network that computes logits for a batch under an attention layout,
+// and incrementally with a KV cache.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "masque/mask.hpp"
+#include "masque/plugin.hpp"
+#include "masque/tensor.hpp"
+#include "masque/tokenizer.hpp"
+
+namespace masque {
+
+enum class ModelKind : std::uint8_t {
+  decoder_only,     // GPT-2, Llama: causal LMs
+  encoder_only,     // BERT: any mask strategy
+  encoder_decoder,  // a bidirectional encoder, a causal decoder, cross-attention
+};
+
+struct ModelInfo {
+  std::string architecture;  // "gpt2", "llama", "bert", "encoder-decoder"
+  ModelKind kind = ModelKind::decoder_only;
+  std::int32_t vocab_size = 0;         // output (target) vocabulary
+  std::int32_t source_vocab_size = 0;  // encoder-decoder input vocabulary, else = vocab_size
+  std::int32_t hidden_size = 0;
+  std::int32_t num_layers = 0;
+  std::int32_t max_positions = 0;  // longest sequence the model accepts (0 = unlimited)
+  bool uses_token_types = false;
+  // From the model's config; -1 when not given.
+  TokenId bos = -1, eos = -1, pad = -1, decoder_start = -1;
+};
+
+// A padded batch of B sequences of T tokens; element (b, t) is at b * T + t.
+struct Batch {
+  std::int32_t batch = 0, length = 0;
+  std::vector<TokenId> ids;               // B*T
+  std::vector<std::int32_t> positions;    // B*T position ids
+  std::vector<std::int32_t> token_types;  // B*T, or empty for all 0
+  AttentionLayout attention;
+  std::vector<std::int32_t> output_rows;  // flat rows that need outputs; empty = all B*T
+  bool want_logits = true;
+  bool want_hidden = false;
+};
+
+struct ForwardResult {
+  Tensor logits;  // [rows, vocab_size] for output_rows (all B*T rows if output_rows is empty)
+  Tensor hidden;  // [rows, hidden_size] final hidden states, when want_hidden
+};
+
+// The incremental state of a batch being decoded: KV caches (and encoder memory).
+class BOOST_SYMBOL_VISIBLE DecodeState {
+ public:
+  virtual ~DecodeState();
+  virtual std::int32_t rows() const = 0;
+  // New row i becomes old row rows[i] (reorder for beam search, replicate, drop finished).
+  virtual void select(std::span<const std::int32_t> rows) = 0;
+  virtual std::unique_ptr<DecodeState> fork() const = 0;
+};
+
+struct StepInput {
+  std::span<const TokenId> tokens;             // one per row
+  std::span<const std::int32_t> positions;     // one per row; empty = each row's next position
+  std::span<const std::int32_t> token_types;   // one per row; empty = 0
+  // false: the token is a query that sees the cache and itself and is not kept (predicting a
+  // chosen position in a permutation order).
+  bool append = true;
+};
+
+// Contract:
+// - forward(), start() and step() are const and may run concurrently on different batches and
+//   states from several threads. A DecodeState is used by one thread at a time.
+// - A new step token ranks above everything in its row's cache (so any rank-based strategy
+//   stays valid) and is content, or a query when append is false.
+// - Errors: RecordError for inputs the model cannot take (ids out of range, too long).
+class BOOST_SYMBOL_VISIBLE Model : public Plugin {
+ public:
+  virtual const ModelInfo& info() const = 0;
+  // Full forward of a batch under its attention layout. Encoder-decoder models throw
+  // ConfigError (use start/step).
+  virtual ForwardResult forward(const Batch& batch) const = 0;
+  // Starts incremental decoding.
+  // - decoder-only / encoder-only: runs `batch` (the prompt) into the KV cache and, when
+  //   `logits` is non-null, writes the logits of batch.output_rows there;
+  // - encoder-decoder: encodes `batch` as the source; the decoder starts empty and `logits` is
+  //   left untouched (feed the decoder start token with step()).
+  virtual std::unique_ptr<DecodeState> start(const Batch& batch, Tensor* logits) const = 0;
+  // Appends one token per row and writes logits [rows, vocab_size].
+  virtual void step(DecodeState& state, const StepInput& input, Tensor& logits) const = 0;
+};
+
+}  // namespace masque

@@ -1,0 +1,71 @@
+// A small dense tensor: a shape, a dtype and a (possibly shared or mapped) buffer.
+//
+// Tensors are row-major and contiguous. A tensor either owns a 64-byte aligned buffer or views
+// memory kept alive by `keepalive` (e.g. a memory-mapped safetensors file).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/config.hpp>
+
+namespace masque {
+
+enum class DType : std::uint8_t { f32, f16, bf16, i32 };
+
+std::size_t dtype_size(DType dtype);
+const char* to_string(DType dtype);
+
+using Shape = std::vector<std::int64_t>;
+
+std::int64_t num_elements(const Shape& shape);
+std::string to_string(const Shape& shape);  // "[2, 3]"
+
+class BOOST_SYMBOL_VISIBLE Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(Shape shape, DType dtype = DType::f32);  // uninitialised contents
+
+  static Tensor zeros(Shape shape, DType dtype = DType::f32);
+  // A view of external memory; `keepalive` owns it (may be null if the caller guarantees it).
+  static Tensor view(void* data, Shape shape, DType dtype, std::shared_ptr<void> keepalive = {});
+
+  const Shape& shape() const { return shape_; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  std::int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
+  std::int64_t numel() const { return numel_; }
+  DType dtype() const { return dtype_; }
+  std::size_t bytes() const { return static_cast<std::size_t>(numel_) * dtype_size(dtype_); }
+  bool empty() const { return numel_ == 0; }
+
+  void* raw() { return data_; }
+  const void* raw() const { return data_; }
+  float* f32();
+  const float* f32() const;
+  std::int32_t* i32();
+  const std::int32_t* i32() const;
+
+  // Changes the shape; reuses the buffer when it is large enough (owned tensors only).
+  void resize(Shape shape);
+  // Same data, new shape with the same number of elements.
+  Tensor reshaped(Shape shape) const;
+  // A copy that owns its buffer.
+  Tensor clone() const;
+  // Converts to an owned f32 tensor (f16 / bf16 widened; f32 copied).
+  Tensor to_f32() const;
+
+ private:
+  void check(DType expected) const;
+  std::shared_ptr<void> storage_;
+  std::size_t capacity_ = 0;  // bytes owned by storage_, 0 for views
+  void* data_ = nullptr;
+  Shape shape_;
+  std::int64_t numel_ = 0;
+  DType dtype_ = DType::f32;
+};
+
+}  // namespace masque

@@ -1,0 +1,7 @@
+#include "masque/model.hpp"
+
+namespace masque {
+
+DecodeState::~DecodeState() = default;
+
+}  // namespace masque

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every Debian package masque needs (quiet and quick when they are already there) and
+# builds it into ./build (Release). Idempotent: run it again after a pull.
+#
+#   scripts/setup.sh            install packages, configure, build
+#   BUILD_DIR=build-asan CMAKE_ARGS="-DMASQUE_SANITIZE=ON" scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  g++ cmake ninja-build pkg-config git
+  libdnnl-dev libboost-dev libboost-program-options-dev libboost-filesystem-dev
+  libyaml-cpp-dev libicu-dev catch2 nlohmann-json3-dev libsentencepiece-dev sentencepiece
+  clang libclang-rt-14-dev
+  python3 python3-numpy python3-torch
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+BUILD_DIR=${BUILD_DIR:-build}
+# shellcheck disable=SC2086
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} ${CMAKE_ARGS:-} >/dev/null
+cmake --build "$BUILD_DIR" -j "$(nproc)"

@@ -1,0 +1,36 @@
+// Helpers shared by the tests: paths to ../shared and the build, running the real binary.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace masque::test {
+
+std::filesystem::path shared_dir();   // ../shared (models, tokenizers, references)
+std::filesystem::path source_dir();   // the project root
+std::filesystem::path binary();       // the built masque executable
+std::filesystem::path plugin_dir();   // the build's plugin directory
+// A fresh, empty scratch directory for one test.
+std::filesystem::path scratch_dir(const std::string& name);
+
+std::string read_file(const std::filesystem::path& path);
+void write_file(const std::filesystem::path& path, const std::string& text);
+std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path);
+std::vector<nlohmann::json> parse_jsonl(const std::string& text);
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// Runs the masque binary with `args` (no shell), feeding `input` on stdin.
+// `env` entries are added to (or, with an empty value, removed from) the environment.
+RunResult run_masque(const std::vector<std::string>& args, const std::string& input = "",
+                     const std::map<std::string, std::string>& env = {});
+
+}  // namespace masque::test
