@@ -1,0 +1,88 @@
+// Scaled dot-product attention under the masque mask rule (mask.hpp).
+//
+//   out_h = softmax(scale * q_h k_g^T  restricted to the allowed keys) v_g,   g = h / (H / Hkv)
+//
+// The rule is evaluated per (query, key) while the scores are computed: no n x n mask is stored
+// per head or layer, and at most a block of query rows' scores exists at a time. A query with
+// no allowed key gets zeros. Multi-head (Hkv = H), grouped-query (Hkv divides H) and multi-query
+// (Hkv = 1) heads; self-attention, cross-attention and incremental steps against a KV cache
+// (kv_cache.hpp) all go through attention().
+#pragma once
+
+#include <cstdint>
+
+#include "masque/mask.hpp"
+#include "masque/tensor.hpp"
+
+namespace masque {
+
+// Token-major activations of a padded batch, as Linear writes them: feature c of token t of
+// sequence b is at data[b * batch_stride + t * token_stride + c]. Strides let q, k and v be
+// column ranges of one fused qkv projection, or a KV cache with spare capacity.
+struct SeqView {
+  const float* data = nullptr;
+  std::int64_t batch_stride = 0;
+  std::int64_t token_stride = 0;
+};
+struct MutableSeqView {
+  float* data = nullptr;
+  std::int64_t batch_stride = 0;
+  std::int64_t token_stride = 0;
+};
+
+// Views of a [B * length, C] (or [B, length, C]) tensor, starting at column `column`.
+SeqView seq_view(const Tensor& t, std::int64_t length, std::int64_t column = 0);
+MutableSeqView mutable_seq_view(Tensor& t, std::int64_t length, std::int64_t column = 0);
+
+struct AttentionDims {
+  std::int32_t heads = 0;     // query heads H
+  std::int32_t kv_heads = 0;  // key/value heads Hkv (divides H)
+  std::int32_t head_dim = 0;  // d: head h uses features [h*d, (h+1)*d)
+  float scale = 1.0f;         // usually 1/sqrt(d); given by the model
+};
+
+// Who may attend to whom, for a batch of `batch` rows of q_len queries and k_len keys.
+// Key j of row b has role key_role[b * key_stride + j] and rank key_rank[...]; queries likewise.
+// Without query arrays (cross-attention) every query sees every non-pad key. Query i is the
+// same token as key i + self_offset (the `i == j` clause of the rule). A dense mask
+// (dense[(b * q_len + i) * k_len + j], non-zero = allowed) replaces the rank clause.
+struct MaskView {
+  std::int32_t batch = 0, q_len = 0, k_len = 0;
+  const TokenRole* key_role = nullptr;
+  const std::int32_t* key_rank = nullptr;
+  std::int64_t key_stride = 0;
+  const TokenRole* query_role = nullptr;  // null: cross-attention (key validity only)
+  const std::int32_t* query_rank = nullptr;
+  std::int64_t query_stride = 0;
+  std::int32_t self_offset = 0;
+  const std::uint8_t* dense = nullptr;
+
+  // Self-attention over a padded batch (the layout must outlive the view).
+  static MaskView self(const AttentionLayout& layout);
+  // Cross-attention from q_len queries per row to the tokens of `source` (its pads masked).
+  static MaskView cross(const AttentionLayout& source, std::int32_t q_len);
+
+  // The rule for one (row, query, key), as the kernel applies it.
+  bool allowed(std::int32_t b, std::int32_t i, std::int32_t j) const;
+};
+
+// Optional output: the attention probabilities of one query head, [batch, q_len, k_len]
+// (e.g. cross-attention of head 0 for alignment output). Disallowed keys get 0.
+struct AttentionProbs {
+  std::int32_t head = 0;
+  float* data = nullptr;
+};
+
+// q: H*d features per query token; k, v: Hkv*d per key token; out: H*d per query token.
+// `out` must not overlap q, k or v. Uses the calling thread's intra-op threads (threading.hpp).
+void attention(const AttentionDims& dims, const MaskView& mask, SeqView q, SeqView k, SeqView v,
+               MutableSeqView out, const AttentionProbs* probs = nullptr);
+
+// Tensor conveniences. Self: q [B*T, H*d], k/v [B*T, Hkv*d] under `layout` (B x T).
+void self_attention(const AttentionDims& dims, const AttentionLayout& layout, const Tensor& q,
+                    const Tensor& k, const Tensor& v, Tensor& out);
+// Cross: q [B*q_len, H*d]; k/v [B*S, Hkv*d] of the source batch `source` (B x S).
+void cross_attention(const AttentionDims& dims, const AttentionLayout& source, const Tensor& q,
+                     std::int32_t q_len, const Tensor& k, const Tensor& v, Tensor& out);
+
+}  // namespace masque

@@ -1,0 +1,110 @@
+// Key/value cache for incremental decoding.
+//
+// Per layer, K and V of every cached token of every row, plus per row and column the token's
+// rank, role and position, so that the mask rule (mask.hpp) holds incrementally: a new token
+// attends to the cached keys its rank allows. All rows have the same number of columns; a row
+// that is shorter (right-padded prefill) keeps role `pad` in its extra columns.
+//
+// One append (a prefill batch, or one step token per row) goes
+//
+//   cache.begin(layout, positions)  or  cache.begin_step(role, positions, ranks)
+//   for each layer l:
+//     k, v = projections of the new tokens (RoPE applied with cache.pending_positions())
+//     cache.write(l, k, v)
+//     attention(dims, cache.mask(), q, cache.keys(l), cache.values(l), out)
+//   cache.end(keep)   // keep = false: the tokens were queries that are not kept
+//
+// Cross-attention K/V (computed once from the encoder memory) live alongside and follow
+// select() like the rest. A cache is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <boost/config.hpp>
+
+#include "masque/attention.hpp"
+#include "masque/mask.hpp"
+#include "masque/tensor.hpp"
+
+namespace masque {
+
+class BOOST_SYMBOL_VISIBLE KvCache {
+ public:
+  KvCache() = default;
+  // `rows` rows with no columns yet.
+  KvCache(std::int32_t layers, std::int32_t kv_heads, std::int32_t head_dim, std::int32_t rows);
+  KvCache(KvCache&&) noexcept = default;
+  KvCache& operator=(KvCache&&) noexcept = default;
+  KvCache(const KvCache&) = delete;  // copies are explicit: fork()
+  KvCache& operator=(const KvCache&) = delete;
+
+  std::int32_t layers() const { return layers_; }
+  std::int32_t rows() const { return rows_; }
+  std::int32_t length() const { return length_; }    // kept columns
+  std::int32_t pending() const { return pending_; }  // columns of the append in progress
+  std::int64_t width() const { return width_; }      // kv_heads * head_dim
+
+  // ---- appending ----------------------------------------------------------------------------
+  // A prefilled batch: layout.length columns per row (layout.batch == rows()); ranks and roles
+  // from the layout, positions one per token (B*T). A dense layout cannot be cached
+  // (RuntimeError): use the full forward instead.
+  void begin(const AttentionLayout& layout, std::span<const std::int32_t> positions);
+  // One token per row with `role` (content, or query for a token that is not kept). Empty
+  // `ranks`: each row's highest rank + 1; empty `positions`: each row's next position (one past
+  // its highest content position).
+  void begin_step(TokenRole role, std::span<const std::int32_t> positions = {},
+                  std::span<const std::int32_t> ranks = {});
+  // Position ids of the pending tokens, row-major [rows][pending].
+  std::span<const std::int32_t> pending_positions() const { return pending_positions_; }
+  // K and V of the pending tokens of `layer`: pending() tokens per row, Hkv*d features each.
+  void write(std::int32_t layer, SeqView k, SeqView v);
+  // Queries = the pending tokens, keys = kept + pending columns.
+  MaskView mask() const;
+  SeqView keys(std::int32_t layer) const;
+  SeqView values(std::int32_t layer) const;
+  // keep: the pending columns join the cache; otherwise they are forgotten.
+  void end(bool keep = true);
+
+  // Rank a new token gets by default, and the next position of a row.
+  std::int32_t next_rank(std::int32_t row) const;
+  std::int32_t next_position(std::int32_t row) const;
+
+  // ---- cross-attention memory ---------------------------------------------------------------
+  // The source batch (rows() x S) whose pads cross-attention must mask. Call before set_cross.
+  void set_source(const AttentionLayout& source);
+  // K and V of the source for `layer` (S tokens per row).
+  void set_cross(std::int32_t layer, SeqView k, SeqView v);
+  std::int32_t source_length() const { return source_length_; }
+  SeqView cross_keys(std::int32_t layer) const;
+  SeqView cross_values(std::int32_t layer) const;
+  MaskView cross_mask(std::int32_t q_len) const;
+
+  // ---- rows ---------------------------------------------------------------------------------
+  // New row i = old row rows[i] (beam reorder, replicate, drop). Not during an append.
+  void select(std::span<const std::int32_t> rows);
+  // An independent deep copy.
+  KvCache fork() const;
+
+ private:
+  void reserve(std::int32_t columns);
+  void check_layer(std::int32_t layer, const char* what) const;
+  void check_idle(const char* what) const;
+  void note_kept(std::int32_t row, std::int32_t col);
+
+  std::int32_t layers_ = 0, rows_ = 0, length_ = 0, pending_ = 0, capacity_ = 0;
+  std::int64_t width_ = 0;
+  std::vector<Tensor> keys_, values_;                    // per layer [rows, capacity, width]
+  std::vector<std::int32_t> rank_;                       // [rows, capacity]
+  std::vector<TokenRole> role_;                          // [rows, capacity]
+  std::vector<std::int32_t> pending_positions_;          // [rows, pending]
+  std::vector<std::int32_t> next_rank_, next_position_;  // per row, over the kept content
+
+  std::int32_t source_length_ = 0;
+  std::vector<TokenRole> source_role_;  // [rows, S]
+  std::vector<std::int32_t> source_rank_;
+  std::vector<Tensor> cross_keys_, cross_values_;  // per layer [rows, S, width]
+};
+
+}  // namespace masque

@@ -1,0 +1,120 @@
+// Layers: ops bound to their weights, prepared once at load time and then const.
+//
+// A layer is cheap to copy (its prepared state is shared), and forward() is const and safe to
+// call from several threads at once. Typical model code:
+//
+//   SafeTensors st = SafeTensors::open(dir);
+//   Linear q(st.get_f32("...q_proj.weight"), st.get_f32("...q_proj.bias"));   // nn.Linear
+//   Linear fc(st.get_f32("...c_fc.weight"), st.get_f32("...c_fc.bias"),
+//             {.activation = Activation::gelu_tanh, .layout = WeightLayout::in_out});  // Conv1D
+//   q.forward(h, q_out);  // h [rows, in] -> q_out [rows, out]
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <boost/config.hpp>
+
+#include "masque/ops.hpp"
+#include "masque/tensor.hpp"
+
+namespace masque {
+
+// How a weight matrix is stored.
+enum class WeightLayout : std::uint8_t {
+  out_in,  // [out_features, in_features]: torch nn.Linear (y = x W^T)
+  in_out,  // [in_features, out_features]: GPT-2's Conv1D (y = x W)
+};
+
+struct LinearOptions {
+  Activation activation = Activation::none;  // fused into the matmul
+  WeightLayout layout = WeightLayout::out_in;
+};
+
+// y = act(x W^T + b). The weight is packed once, at construction, into oneDNN's preferred
+// layout (a copy: the source tensor, e.g. a mapped file, may go away). oneDNN primitives are
+// created once per (rows, thread count) and reused.
+class BOOST_SYMBOL_VISIBLE Linear {
+ public:
+  Linear() = default;
+  // `weight` F32/F16/BF16 in `options.layout`; `bias` [out] or empty.
+  Linear(const Tensor& weight, const Tensor& bias = {}, LinearOptions options = {});
+  // Several projections of the same input as one matmul (e.g. q, k, v): the weights (all
+  // [out_i, in] or all [in, out_i] as `options.layout` says) are concatenated along `out`, and so
+  // are the biases (all given or all empty). The output columns follow the order given.
+  static Linear concat(std::span<const Tensor> weights, std::span<const Tensor> biases,
+                       LinearOptions options = {});
+
+  bool empty() const { return impl_ == nullptr; }
+  std::int64_t in_features() const;
+  std::int64_t out_features() const;
+  Activation activation() const;
+
+  // x [..., in] -> y [..., out] (y resized; y must not alias x).
+  void forward(const Tensor& x, Tensor& y) const;
+  // Raw form: `rows` contiguous rows of in_features floats -> rows of out_features floats.
+  void forward(const float* x, std::int64_t rows, float* y) const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<const Impl> impl_;
+};
+
+struct BOOST_SYMBOL_VISIBLE LayerNorm {
+  Tensor weight;  // [dim]
+  Tensor bias;    // [dim] or empty
+  float eps = 1e-5f;
+  void forward(const Tensor& x, Tensor& y) const { layer_norm(x, weight, bias, eps, y); }
+};
+
+struct BOOST_SYMBOL_VISIBLE RmsNorm {
+  Tensor weight;  // [dim]
+  float eps = 1e-6f;
+  void forward(const Tensor& x, Tensor& y) const { rms_norm(x, weight, eps, y); }
+};
+
+struct BOOST_SYMBOL_VISIBLE Embedding {
+  Tensor table;  // [rows, dim] f32
+  std::int64_t size() const { return table.dim(0); }
+  std::int64_t dim() const { return table.dim(1); }
+  void forward(std::span<const std::int32_t> ids, Tensor& out) const { embedding(table, ids, out); }
+  void add_to(std::span<const std::int32_t> ids, Tensor& out) const {
+    add_embedding(table, ids, out);
+  }
+};
+
+// Rotary position embedding, Hugging Face `rotate_half` convention: within each head the first
+// `rotary_dim` features are rotated as pairs (i, i + rotary_dim/2) by angle
+// position * theta^(-2i/rotary_dim); features past rotary_dim are left alone.
+// Angles are computed in double; a table covers positions < max_positions (others are
+// computed on the fly).
+class BOOST_SYMBOL_VISIBLE Rotary {
+ public:
+  Rotary() = default;
+  Rotary(std::int32_t head_dim, double theta, std::int32_t max_positions = 2048,
+         std::int32_t rotary_dim = 0 /* 0: head_dim */);
+
+  std::int32_t head_dim() const { return head_dim_; }
+  std::int32_t rotary_dim() const { return rotary_dim_; }
+
+  // x: rows of `heads * head_dim` features (head h at columns h*head_dim...), rotated in place;
+  // positions has one id per row (negative: RecordError).
+  void apply(Tensor& x, std::int32_t heads, std::span<const std::int32_t> positions) const;
+  // Strided form: row r starts at x + r * row_stride (e.g. the q or k part of a fused qkv).
+  void apply(float* x, std::int64_t rows, std::int64_t row_stride, std::int32_t heads,
+             std::span<const std::int32_t> positions) const;
+
+ private:
+  void angles(std::int32_t position, float* cos_out, float* sin_out) const;
+  std::int32_t head_dim_ = 0, rotary_dim_ = 0, max_positions_ = 0;
+  double theta_ = 10000.0;
+  std::vector<double> inv_freq_;
+  std::shared_ptr<const std::vector<float>> table_;  // [max_positions][cos (half) | sin (half)]
+};
+
+// Concatenates 2-D tensors along dimension 0 (e.g. to fuse q/k/v weights); f32 output.
+Tensor concat_rows(std::span<const Tensor> parts);
+
+}  // namespace masque

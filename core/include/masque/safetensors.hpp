@@ -1,0 +1,63 @@
+// Reader for Hugging Face safetensors checkpoints (https://github.com/huggingface/safetensors).
+//
+// A file is memory-mapped once; F32 tensors are zero-copy views that keep the mapping alive, so
+// a SafeTensors object can be dropped while tensors taken from it live on. Sharded checkpoints
+// are read through `model.safetensors.index.json` (its `weight_map`). Headers are validated
+// strictly when the file is opened; every failure is a ConfigError naming the file and, where
+// there is one, the tensor.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/config.hpp>
+
+#include "masque/tensor.hpp"
+
+namespace masque {
+
+struct SafeTensorEntry {
+  std::string name;
+  std::string dtype_name;      // as in the header: "F32", "BF16", "I64", ...
+  std::optional<DType> dtype;  // set when masque can hold the dtype (F32, F16, BF16, I32)
+  Shape shape;
+  std::filesystem::path file;  // the shard holding the tensor
+  std::size_t offset = 0;      // byte offset of the data in `file`
+  std::size_t size = 0;        // bytes
+};
+
+class BOOST_SYMBOL_VISIBLE SafeTensors {
+ public:
+  SafeTensors() = default;
+  // Opens a checkpoint folder (model.safetensors.index.json, else model.safetensors), a
+  // .safetensors file, or an index .json file.
+  static SafeTensors open(const std::filesystem::path& path);
+
+  const std::filesystem::path& path() const;  // what was opened
+  bool contains(std::string_view name) const;
+  std::vector<std::string> names() const;  // sorted
+  std::size_t size() const;
+  // Throws ConfigError naming the checkpoint and the tensor when it is missing.
+  const SafeTensorEntry& entry(std::string_view name) const;
+  // `__metadata__` of the (first) file.
+  const std::map<std::string, std::string>& metadata() const;
+
+  // The tensor as stored (F32, F16, BF16, I32): a zero-copy view of the mapping.
+  Tensor get(std::string_view name) const;
+  // As f32: a zero-copy view for F32, a converted owned copy for F16 / BF16.
+  Tensor get_f32(std::string_view name) const;
+  // Same, and the shape must be `expected` (ConfigError naming file, tensor and both shapes).
+  Tensor get_f32(std::string_view name, const Shape& expected) const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace masque

@@ -1,0 +1,316 @@
+// KV cache: per layer [rows, capacity, width] keys and values plus per-column rank and role.
+#include "masque/kv_cache.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "masque/error.hpp"
+
+namespace masque {
+
+namespace {
+
+constexpr std::int32_t kMinCapacity = 16;
+
+// Copies `columns` columns of `width` floats of every row from one [rows, cap, width] buffer to
+// another with a different capacity (or a different row order: new row r = old row from[r]).
+void copy_rows(const float* src, std::int32_t src_cap, float* dst, std::int32_t dst_cap,
+               std::int64_t width, std::int32_t columns, std::span<const std::int32_t> from) {
+  for (std::size_t r = 0; r < from.size(); ++r)
+    std::memcpy(dst + static_cast<std::int64_t>(r) * dst_cap * width,
+                src + static_cast<std::int64_t>(from[r]) * src_cap * width,
+                sizeof(float) * columns * width);
+}
+
+template <typename T>
+std::vector<T> gather_columns(const std::vector<T>& src, std::int32_t src_cap, std::int32_t dst_cap,
+                              std::int32_t columns, std::span<const std::int32_t> from, T fill) {
+  std::vector<T> dst(from.size() * static_cast<std::size_t>(dst_cap), fill);
+  for (std::size_t r = 0; r < from.size(); ++r)
+    std::copy_n(src.begin() + static_cast<std::ptrdiff_t>(from[r]) * src_cap, columns,
+                dst.begin() + static_cast<std::ptrdiff_t>(r) * dst_cap);
+  return dst;
+}
+
+std::vector<std::int32_t> identity(std::int32_t n) {
+  std::vector<std::int32_t> rows(n);
+  for (std::int32_t i = 0; i < n; ++i) rows[i] = i;
+  return rows;
+}
+
+}  // namespace
+
+KvCache::KvCache(std::int32_t layers, std::int32_t kv_heads, std::int32_t head_dim,
+                 std::int32_t rows)
+    : layers_(layers), rows_(rows), width_(std::int64_t{kv_heads} * head_dim) {
+  if (layers <= 0 || kv_heads <= 0 || head_dim <= 0 || rows < 0)
+    throw RuntimeError("KvCache: invalid dimensions (" + std::to_string(layers) + " layers, " +
+                       std::to_string(kv_heads) + " kv heads of " + std::to_string(head_dim) +
+                       ", " + std::to_string(rows) + " rows)");
+  keys_.resize(layers);
+  values_.resize(layers);
+  cross_keys_.resize(layers);
+  cross_values_.resize(layers);
+  next_rank_.assign(rows, 0);
+  next_position_.assign(rows, 0);
+}
+
+void KvCache::check_layer(std::int32_t layer, const char* what) const {
+  if (layer < 0 || layer >= layers_)
+    throw RuntimeError(std::string("KvCache::") + what + ": layer " + std::to_string(layer) +
+                       " of " + std::to_string(layers_));
+}
+
+void KvCache::check_idle(const char* what) const {
+  if (layers_ == 0) throw RuntimeError(std::string("KvCache::") + what + " on an empty cache");
+  if (pending_ != 0)
+    throw RuntimeError(std::string("KvCache::") + what + " during an append (call end() first)");
+}
+
+void KvCache::reserve(std::int32_t columns) {
+  if (columns <= capacity_) return;
+  const std::int32_t cap = std::max({columns, 2 * capacity_, kMinCapacity});
+  const auto rows = identity(rows_);
+  for (auto* buffers : {&keys_, &values_}) {
+    for (auto& buffer : *buffers) {
+      Tensor grown({rows_, cap, width_});
+      if (length_ > 0) copy_rows(buffer.f32(), capacity_, grown.f32(), cap, width_, length_, rows);
+      buffer = std::move(grown);
+    }
+  }
+  rank_ = gather_columns(rank_, capacity_, cap, length_, rows, 0);
+  role_ = gather_columns(role_, capacity_, cap, length_, rows, TokenRole::pad);
+  capacity_ = cap;
+}
+
+void KvCache::note_kept(std::int32_t row, std::int32_t col) {
+  const std::size_t at = static_cast<std::size_t>(row) * capacity_ + col;
+  if (role_[at] != TokenRole::content) return;
+  next_rank_[row] = std::max(next_rank_[row], rank_[at] + 1);
+  const std::int32_t position = pending_positions_[row * pending_ + (col - length_)];
+  next_position_[row] = std::max(next_position_[row], position + 1);
+}
+
+void KvCache::begin(const AttentionLayout& layout, std::span<const std::int32_t> positions) {
+  check_idle("begin");
+  if (layout.batch != rows_)
+    throw RuntimeError("KvCache::begin: a batch of " + std::to_string(layout.batch) +
+                       " rows for a cache of " + std::to_string(rows_));
+  if (!layout.dense.empty())
+    throw RuntimeError("KvCache::begin: a dense attention mask cannot be decoded incrementally");
+  const std::int32_t n = layout.length;
+  if (positions.size() != static_cast<std::size_t>(rows_) * n)
+    throw RuntimeError("KvCache::begin: " + std::to_string(positions.size()) + " positions for " +
+                       std::to_string(rows_) + " x " + std::to_string(n) + " tokens");
+  reserve(length_ + n);
+  for (std::int32_t b = 0; b < rows_; ++b)
+    for (std::int32_t t = 0; t < n; ++t) {
+      const std::size_t at = static_cast<std::size_t>(b) * capacity_ + length_ + t;
+      rank_[at] = layout.rank[static_cast<std::size_t>(b) * n + t];
+      role_[at] = layout.role[static_cast<std::size_t>(b) * n + t];
+    }
+  pending_positions_.assign(positions.begin(), positions.end());
+  pending_ = n;
+}
+
+void KvCache::begin_step(TokenRole role, std::span<const std::int32_t> positions,
+                         std::span<const std::int32_t> ranks) {
+  check_idle("begin_step");
+  if (role == TokenRole::pad)
+    throw RuntimeError("KvCache::begin_step: a step token cannot be a pad");
+  if ((!positions.empty() && positions.size() != static_cast<std::size_t>(rows_)) ||
+      (!ranks.empty() && ranks.size() != static_cast<std::size_t>(rows_)))
+    throw RuntimeError("KvCache::begin_step: positions and ranks need one entry per row (" +
+                       std::to_string(rows_) + ")");
+  reserve(length_ + 1);
+  pending_positions_.resize(rows_);
+  for (std::int32_t b = 0; b < rows_; ++b) {
+    const std::size_t at = static_cast<std::size_t>(b) * capacity_ + length_;
+    rank_[at] = ranks.empty() ? next_rank_[b] : ranks[b];
+    role_[at] = role;
+    pending_positions_[b] = positions.empty() ? next_position_[b] : positions[b];
+  }
+  pending_ = 1;
+}
+
+void KvCache::write(std::int32_t layer, SeqView k, SeqView v) {
+  check_layer(layer, "write");
+  if (pending_ == 0) throw RuntimeError("KvCache::write outside an append");
+  const std::size_t bytes = sizeof(float) * width_;
+  float* kd = keys_[layer].f32();
+  float* vd = values_[layer].f32();
+  for (std::int32_t b = 0; b < rows_; ++b)
+    for (std::int32_t t = 0; t < pending_; ++t) {
+      const std::int64_t at = (std::int64_t{b} * capacity_ + length_ + t) * width_;
+      std::memcpy(kd + at, k.data + b * k.batch_stride + t * k.token_stride, bytes);
+      std::memcpy(vd + at, v.data + b * v.batch_stride + t * v.token_stride, bytes);
+    }
+}
+
+MaskView KvCache::mask() const {
+  MaskView m;
+  m.batch = rows_;
+  m.q_len = pending_;
+  m.k_len = length_ + pending_;
+  m.key_role = role_.data();
+  m.key_rank = rank_.data();
+  m.key_stride = capacity_;
+  m.query_role = role_.data() + length_;
+  m.query_rank = rank_.data() + length_;
+  m.query_stride = capacity_;
+  m.self_offset = length_;
+  return m;
+}
+
+SeqView KvCache::keys(std::int32_t layer) const {
+  check_layer(layer, "keys");
+  return {keys_[layer].empty() ? nullptr : keys_[layer].f32(), capacity_ * width_, width_};
+}
+
+SeqView KvCache::values(std::int32_t layer) const {
+  check_layer(layer, "values");
+  return {values_[layer].empty() ? nullptr : values_[layer].f32(), capacity_ * width_, width_};
+}
+
+void KvCache::end(bool keep) {
+  if (keep) {
+    for (std::int32_t b = 0; b < rows_; ++b)
+      for (std::int32_t t = 0; t < pending_; ++t) note_kept(b, length_ + t);
+    length_ += pending_;
+  } else {
+    for (std::int32_t b = 0; b < rows_; ++b)
+      for (std::int32_t t = 0; t < pending_; ++t)
+        role_[static_cast<std::size_t>(b) * capacity_ + length_ + t] = TokenRole::pad;
+  }
+  pending_ = 0;
+  pending_positions_.clear();
+}
+
+std::int32_t KvCache::next_rank(std::int32_t row) const {
+  return next_rank_.at(row);
+}
+std::int32_t KvCache::next_position(std::int32_t row) const {
+  return next_position_.at(row);
+}
+
+void KvCache::set_source(const AttentionLayout& source) {
+  check_idle("set_source");
+  if (source.batch != rows_)
+    throw RuntimeError("KvCache::set_source: a source batch of " + std::to_string(source.batch) +
+                       " rows for a cache of " + std::to_string(rows_));
+  source_length_ = source.length;
+  source_role_ = source.role;
+  source_rank_ = source.rank;
+  for (auto* buffers : {&cross_keys_, &cross_values_})
+    for (auto& buffer : *buffers) buffer = Tensor();
+}
+
+void KvCache::set_cross(std::int32_t layer, SeqView k, SeqView v) {
+  check_layer(layer, "set_cross");
+  const std::int32_t s = source_length_;
+  const std::size_t bytes = sizeof(float) * width_;
+  for (auto [buffer, view] :
+       {std::pair{&cross_keys_[layer], k}, std::pair{&cross_values_[layer], v}}) {
+    *buffer = Tensor({rows_, s, width_});
+    for (std::int32_t b = 0; b < rows_; ++b)
+      for (std::int32_t t = 0; t < s; ++t)
+        std::memcpy(buffer->f32() + (std::int64_t{b} * s + t) * width_,
+                    view.data + b * view.batch_stride + t * view.token_stride, bytes);
+  }
+}
+
+SeqView KvCache::cross_keys(std::int32_t layer) const {
+  check_layer(layer, "cross_keys");
+  const Tensor& t = cross_keys_[layer];
+  if (t.empty() && source_length_ > 0 && rows_ > 0)
+    throw RuntimeError("KvCache::cross_keys: layer " + std::to_string(layer) + " not set");
+  return {t.empty() ? nullptr : t.f32(), source_length_ * width_, width_};
+}
+
+SeqView KvCache::cross_values(std::int32_t layer) const {
+  check_layer(layer, "cross_values");
+  const Tensor& t = cross_values_[layer];
+  if (t.empty() && source_length_ > 0 && rows_ > 0)
+    throw RuntimeError("KvCache::cross_values: layer " + std::to_string(layer) + " not set");
+  return {t.empty() ? nullptr : t.f32(), source_length_ * width_, width_};
+}
+
+MaskView KvCache::cross_mask(std::int32_t q_len) const {
+  MaskView m;
+  m.batch = rows_;
+  m.q_len = q_len;
+  m.k_len = source_length_;
+  m.key_role = source_role_.data();
+  m.key_rank = source_rank_.data();
+  m.key_stride = source_length_;
+  return m;
+}
+
+void KvCache::select(std::span<const std::int32_t> rows) {
+  check_idle("select");
+  for (auto r : rows)
+    if (r < 0 || r >= rows_)
+      throw RuntimeError("KvCache::select: row " + std::to_string(r) + " of " +
+                         std::to_string(rows_));
+  const auto n = static_cast<std::int32_t>(rows.size());
+  for (auto* buffers : {&keys_, &values_})
+    for (auto& buffer : *buffers) {
+      if (buffer.empty()) continue;
+      Tensor picked({n, capacity_, width_});
+      copy_rows(buffer.f32(), capacity_, picked.f32(), capacity_, width_, length_, rows);
+      buffer = std::move(picked);
+    }
+  rank_ = gather_columns(rank_, capacity_, capacity_, length_, rows, 0);
+  role_ = gather_columns(role_, capacity_, capacity_, length_, rows, TokenRole::pad);
+  const std::int32_t s = source_length_;
+  for (auto* buffers : {&cross_keys_, &cross_values_})
+    for (auto& buffer : *buffers) {
+      if (buffer.empty()) continue;
+      Tensor picked({n, s, width_});
+      copy_rows(buffer.f32(), s, picked.f32(), s, width_, s, rows);
+      buffer = std::move(picked);
+    }
+  source_role_ = gather_columns(source_role_, s, s, s, rows, TokenRole::pad);
+  source_rank_ = gather_columns(source_rank_, s, s, s, rows, 0);
+  std::vector<std::int32_t> next_rank(n), next_position(n);
+  for (std::int32_t i = 0; i < n; ++i) {
+    next_rank[i] = next_rank_[rows[i]];
+    next_position[i] = next_position_[rows[i]];
+  }
+  next_rank_ = std::move(next_rank);
+  next_position_ = std::move(next_position);
+  rows_ = n;
+}
+
+KvCache KvCache::fork() const {
+  check_idle("fork");
+  KvCache copy;
+  copy.layers_ = layers_;
+  copy.rows_ = rows_;
+  copy.length_ = length_;
+  copy.capacity_ = capacity_;
+  copy.width_ = width_;
+  for (const auto* src : {&keys_, &values_, &cross_keys_, &cross_values_}) {
+    std::vector<Tensor> cloned;
+    for (const auto& t : *src) cloned.push_back(t.empty() ? Tensor() : t.clone());
+    if (src == &keys_)
+      copy.keys_ = std::move(cloned);
+    else if (src == &values_)
+      copy.values_ = std::move(cloned);
+    else if (src == &cross_keys_)
+      copy.cross_keys_ = std::move(cloned);
+    else
+      copy.cross_values_ = std::move(cloned);
+  }
+  copy.rank_ = rank_;
+  copy.role_ = role_;
+  copy.next_rank_ = next_rank_;
+  copy.next_position_ = next_position_;
+  copy.source_length_ = source_length_;
+  copy.source_role_ = source_role_;
+  copy.source_rank_ = source_rank_;
+  return copy;
+}
+
+}  // namespace masque

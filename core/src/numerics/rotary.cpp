@@ -1,0 +1,113 @@
+// Rotary position embedding (Hugging Face rotate_half convention).
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "masque/error.hpp"
+#include "masque/layers.hpp"
+#include "numerics/simd.hpp"
+
+namespace masque {
+
+Rotary::Rotary(std::int32_t head_dim, double theta, std::int32_t max_positions,
+               std::int32_t rotary_dim)
+    : head_dim_(head_dim),
+      rotary_dim_(rotary_dim == 0 ? head_dim : rotary_dim),
+      max_positions_(max_positions),
+      theta_(theta) {
+  if (head_dim_ <= 0 || rotary_dim_ <= 0 || rotary_dim_ > head_dim_ || rotary_dim_ % 2 != 0 ||
+      max_positions_ < 0 || !(theta_ > 0.0))
+    throw ConfigError("rotary embedding: invalid head_dim " + std::to_string(head_dim_) +
+                      ", rotary_dim " + std::to_string(rotary_dim_) + ", theta " +
+                      std::to_string(theta_));
+  const std::int32_t half = rotary_dim_ / 2;
+  inv_freq_.resize(half);
+  for (std::int32_t i = 0; i < half; ++i)
+    inv_freq_[i] = std::pow(theta_, -2.0 * i / static_cast<double>(rotary_dim_));
+  auto table =
+      std::make_shared<std::vector<float>>(static_cast<std::size_t>(max_positions_) * 2 * half);
+  for (std::int32_t p = 0; p < max_positions_; ++p) {
+    float* row = table->data() + static_cast<std::size_t>(p) * 2 * half;
+    for (std::int32_t i = 0; i < half; ++i) {
+      row[i] = static_cast<float>(std::cos(p * inv_freq_[i]));
+      row[half + i] = static_cast<float>(std::sin(p * inv_freq_[i]));
+    }
+  }
+  table_ = std::move(table);
+}
+
+void Rotary::angles(std::int32_t position, float* cos_out, float* sin_out) const {
+  for (std::size_t i = 0; i < inv_freq_.size(); ++i) {
+    cos_out[i] = static_cast<float>(std::cos(position * inv_freq_[i]));
+    sin_out[i] = static_cast<float>(std::sin(position * inv_freq_[i]));
+  }
+}
+
+namespace {
+
+// x[i], x[i + half] <- x[i] cos - x[i + half] sin, x[i + half] cos + x[i] sin.
+MASQUE_VECTORIZE void rotate(float* __restrict x, const float* __restrict cos,
+                             const float* __restrict sin, std::int32_t half) {
+  float* x2 = x + half;
+  for (std::int32_t i = 0; i < half; ++i) {
+    const float a = x[i], b = x2[i];
+    x[i] = a * cos[i] - b * sin[i];
+    x2[i] = b * cos[i] + a * sin[i];
+  }
+}
+
+}  // namespace
+
+void Rotary::apply(float* x, std::int64_t rows, std::int64_t row_stride, std::int32_t heads,
+                   std::span<const std::int32_t> positions) const {
+  if (head_dim_ == 0) throw RuntimeError("Rotary used before construction");
+  if (static_cast<std::int64_t>(positions.size()) != rows)
+    throw RuntimeError("rotary embedding: " + std::to_string(positions.size()) + " positions for " +
+                       std::to_string(rows) + " rows");
+  const std::int32_t half = rotary_dim_ / 2;
+  std::vector<float> scratch;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int32_t p = positions[r];
+    if (p < 0) throw RecordError("negative position id " + std::to_string(p));
+    const float* cos;
+    if (p < max_positions_) {
+      cos = table_->data() + static_cast<std::size_t>(p) * 2 * half;
+    } else {
+      scratch.resize(2 * half);
+      angles(p, scratch.data(), scratch.data() + half);
+      cos = scratch.data();
+    }
+    float* row = x + r * row_stride;
+    for (std::int32_t h = 0; h < heads; ++h) rotate(row + h * head_dim_, cos, cos + half, half);
+  }
+}
+
+void Rotary::apply(Tensor& x, std::int32_t heads, std::span<const std::int32_t> positions) const {
+  const std::int64_t width = static_cast<std::int64_t>(heads) * head_dim_;
+  if (x.dtype() != DType::f32 || x.rank() == 0 || x.dim(-1) != width)
+    throw RuntimeError("rotary embedding: expected F32 rows of " + std::to_string(heads) + " x " +
+                       std::to_string(head_dim_) + " features, got " + to_string(x.shape()));
+  apply(x.f32(), x.numel() / width, width, heads, positions);
+}
+
+Tensor concat_rows(std::span<const Tensor> parts) {
+  if (parts.empty()) throw RuntimeError("concat_rows: nothing to concatenate");
+  const std::int64_t cols = parts.front().rank() == 2 ? parts.front().dim(1) : -1;
+  std::int64_t rows = 0;
+  for (const auto& p : parts) {
+    if (p.rank() != 2 || p.dim(1) != cols)
+      throw RuntimeError("concat_rows: expected 2-D tensors of " + std::to_string(cols) +
+                         " columns, got " + to_string(p.shape()));
+    rows += p.dim(0);
+  }
+  Tensor out({rows, cols});
+  float* o = out.f32();
+  for (const auto& p : parts) {
+    const Tensor f = p.dtype() == DType::f32 ? p : p.to_f32();
+    std::memcpy(o, f.f32(), f.bytes());
+    o += f.numel();
+  }
+  return out;
+}
+
+}  // namespace masque

@@ -1,0 +1,79 @@
+// Vectorisable scalar kernels (internal).
+//
+// libmasque is built for baseline x86-64; the hot element-wise loops are compiled again for
+// AVX-512 and AVX2+FMA and picked at load time (GCC function multiversioning), and the
+// transcendental functions below are branch-free so that those loops vectorise.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__)
+#define MASQUE_VECTORIZE \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define MASQUE_VECTORIZE
+#endif
+
+namespace masque::numerics {
+
+// e^x for x <= 88 (below -87.3 it returns a tiny positive value, not 0); relative error
+// ~2 ulp. Cody-Waite range reduction and a degree-6 polynomial.
+inline float fast_exp(float x) {
+  x = std::clamp(x, -87.3f, 88.0f);
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const std::int32_t e = static_cast<std::int32_t>(n) + 127;
+  return p * std::bit_cast<float>(e << 23);
+}
+
+// erf(x) as a rational approximation on [-4, 4] (erf is +-1 to float precision outside);
+// absolute error ~1e-7.
+inline float fast_erf(float x) {
+  x = std::clamp(x, -4.0f, 4.0f);
+  const float x2 = x * x;
+  float p = -2.72614225801306e-10f;
+  p = p * x2 + 2.77068142495902e-08f;
+  p = p * x2 + -2.10102402082508e-06f;
+  p = p * x2 + -5.69250639462346e-05f;
+  p = p * x2 + -7.34990630326855e-04f;
+  p = p * x2 + -2.95459980854025e-03f;
+  p = p * x2 + -1.60960333262415e-02f;
+  p = p * x;
+  float q = -1.45660718464996e-05f;
+  q = q * x2 + -2.13374055278905e-04f;
+  q = q * x2 + -1.68282697438203e-03f;
+  q = q * x2 + -7.37332916720468e-03f;
+  q = q * x2 + -1.42647390514189e-02f;
+  return p / q;
+}
+
+// tanh(x) = 1 - 2 / (e^(2x) + 1); absolute error ~1e-7.
+inline float fast_tanh(float x) {
+  x = std::clamp(x, -9.0f, 9.0f);
+  return 1.0f - 2.0f / (fast_exp(2.0f * x) + 1.0f);
+}
+
+inline float gelu_erf_scalar(float x) {
+  return 0.5f * x * (1.0f + fast_erf(x * 0.70710678118654752f));
+}
+inline float gelu_tanh_scalar(float x) {
+  const float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + fast_tanh(u));
+}
+inline float silu_scalar(float x) {
+  return x / (1.0f + fast_exp(-x));
+}
+
+}  // namespace masque::numerics

@@ -1,0 +1,96 @@
+// Softmax and log-softmax over the feature dimension (float), and scoring helpers (double).
+#include <cmath>
+#include <limits>
+
+#include "masque/error.hpp"
+#include "masque/ops.hpp"
+#include "numerics/simd.hpp"
+#include "numerics/tensor_checks.hpp"
+
+namespace masque {
+
+using namespace numerics;
+
+namespace {
+
+MASQUE_VECTORIZE float max_of(const float* x, std::int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
+  for (std::int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+// Sum of exp(x - shift), in double: float exponentials (relative error ~1e-7 each) summed
+// without the ~1e-5 drift of a float sum over a large vocabulary.
+MASQUE_VECTORIZE double sum_exp(const float* x, float shift, std::int64_t n) {
+  double s = 0.0;
+#pragma omp simd reduction(+ : s)
+  for (std::int64_t i = 0; i < n; ++i) s += static_cast<double>(fast_exp(x[i] - shift));
+  return s;
+}
+
+MASQUE_VECTORIZE void exp_scale_row(float* x, float shift, float scale, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) x[i] = fast_exp(x[i] - shift) * scale;
+}
+
+MASQUE_VECTORIZE void shift_row(float* x, float shift, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) x[i] -= shift;
+}
+
+// A row whose entries are all -inf has no mass: softmax gives zeros, logsumexp -inf.
+bool empty_row(float max) {
+  return max == -std::numeric_limits<float>::infinity();
+}
+
+}  // namespace
+
+void softmax(Tensor& x) {
+  const std::int64_t n = features(x, "softmax");
+  const std::int64_t rows = numerics::rows(x, n);
+  float* p = x.f32();
+  for (std::int64_t r = 0; r < rows; ++r, p += n) {
+    const float m = max_of(p, n);
+    if (empty_row(m)) {
+      std::fill(p, p + n, 0.0f);
+      continue;
+    }
+    const double s = sum_exp(p, m, n);
+    exp_scale_row(p, m, static_cast<float>(1.0 / s), n);
+  }
+}
+
+void log_softmax(Tensor& x) {
+  const std::int64_t n = features(x, "log_softmax");
+  const std::int64_t rows = numerics::rows(x, n);
+  float* p = x.f32();
+  for (std::int64_t r = 0; r < rows; ++r, p += n) {
+    const float m = max_of(p, n);
+    if (empty_row(m)) continue;  // stays -inf
+    shift_row(p, static_cast<float>(m + std::log(sum_exp(p, m, n))), n);
+  }
+}
+
+double logsumexp(std::span<const float> logits) {
+  if (logits.empty()) return -std::numeric_limits<double>::infinity();
+  const auto n = static_cast<std::int64_t>(logits.size());
+  const float m = max_of(logits.data(), n);
+  if (empty_row(m) || std::isinf(m)) return m;
+  return static_cast<double>(m) + std::log(sum_exp(logits.data(), m, n));
+}
+
+double log_prob(std::span<const float> logits, std::int32_t id) {
+  if (id < 0 || static_cast<std::size_t>(id) >= logits.size())
+    throw RecordError("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                      std::to_string(logits.size()));
+  return static_cast<double>(logits[id]) - logsumexp(logits);
+}
+
+void log_softmax(std::span<const float> logits, std::span<double> out) {
+  if (out.size() != logits.size())
+    throw RuntimeError("log_softmax: output has " + std::to_string(out.size()) + " entries for " +
+                       std::to_string(logits.size()) + " logits");
+  const double lse = logsumexp(logits);
+  for (std::size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - lse;
+}
+
+}  // namespace masque
