@@ -1,1 +1,86 @@
-int main(){return 0;}
+// masque: run Transformer language models over corpora.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include <boost/program_options/errors.hpp>
+
+#include "masque/abi.hpp"
+#include "masque/error.hpp"
+
+namespace masque::cli {
+int cmd_run(int argc, char** argv);
+int cmd_plugins(int argc, char** argv);
+int cmd_tasks(int argc, char** argv);
+int cmd_mask(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
+}  // namespace masque::cli
+
+namespace {
+
+const char* kUsage = R"(masque — run Transformer language models over corpora
+
+Usage: masque COMMAND [OPTIONS]
+
+Commands:
+  run PIPELINE      stream a corpus through a pipeline (score, generate, fill, seq2seq, ...)
+  plugins [NAME]    list the plugins, or show one plugin's parameters
+  tasks [NAME]      list the tasks a pipeline can run, or show one task's parameters
+  mask              show a mask strategy's attention pattern for some tokens
+  tokenize          run a tokenizer alone: ids, pieces and byte offsets per record
+
+Options:
+  -h, --help        this help; `masque COMMAND --help` for a command
+  --version         version, plugin ABI and build fingerprint
+
+Examples:
+  masque run pipelines/lm-generate.yaml < /dev/null
+  echo "Once upon a time" | masque run pipelines/lm-score.yaml
+  masque plugins beam
+  masque mask --strategy permutation --order 3,1,4,2,0 北 京 欢 迎 你
+
+Exit codes: 0 ok; 1 some records failed (each has an error record in its place);
+2 usage or configuration error (nothing ran); 3 runtime failure (e.g. the output closed);
+128+N interrupted by signal N (only complete records were written).
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace masque;
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return kExitUsage;
+  }
+  const std::string command = argv[1];
+  try {
+    if (command == "-h" || command == "--help" || command == "help") {
+      std::fputs(kUsage, stdout);
+      return kExitOk;
+    }
+    if (command == "--version" || command == "version") {
+      std::printf("masque %s\nplugin ABI %u.%u\nbuild %s\n", kVersion, kAbiMajor, kAbiMinor,
+                  kBuildFingerprint);
+      return kExitOk;
+    }
+    // Subcommands see argv[0] = "masque COMMAND".
+    if (command == "run") return cli::cmd_run(argc - 1, argv + 1);
+    if (command == "plugins") return cli::cmd_plugins(argc - 1, argv + 1);
+    if (command == "tasks") return cli::cmd_tasks(argc - 1, argv + 1);
+    if (command == "mask") return cli::cmd_mask(argc - 1, argv + 1);
+    if (command == "tokenize") return cli::cmd_tokenize(argc - 1, argv + 1);
+    std::fprintf(stderr, "masque: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+    return kExitUsage;
+  } catch (const boost::program_options::error& e) {
+    std::fprintf(stderr, "masque %s: %s (see masque %s --help)\n", command.c_str(), e.what(),
+                 command.c_str());
+    return kExitUsage;
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "masque: error: %s\n", e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "masque: error: %s\n", e.what());
+    return kExitRuntime;
+  }
+}

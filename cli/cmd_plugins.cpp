@@ -1,0 +1,277 @@
+// masque plugins [NAME] and masque tasks [NAME]: what is installed and how to configure it
+// (in the spirit of gst-inspect).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common.hpp"
+#include "masque/error.hpp"
+#include "tasks/task.hpp"
+
+namespace masque::cli {
+
+namespace {
+
+std::string range_text(const ParamSpec& p) {
+  std::ostringstream os;
+  bool lo = std::isfinite(p.min), hi = std::isfinite(p.max);
+  if (lo && hi) os << "[" << p.min << ", " << p.max << "]";
+  else if (lo) os << ">= " << p.min;
+  else if (hi) os << "<= " << p.max;
+  return os.str();
+}
+
+std::string default_text(const ParamSpec& p) {
+  if (p.flags & kParamRequired) return "(required)";
+  std::string d = p.default_value ? p.default_value : "";
+  return d.empty() ? "(none)" : d;
+}
+
+// Wraps `text` at `width` columns, indenting continuation lines.
+std::string wrap(const std::string& text, std::size_t indent, std::size_t width = 96) {
+  std::istringstream words(text);
+  std::string word, line, out;
+  while (words >> word) {
+    if (!line.empty() && indent + line.size() + 1 + word.size() > width) {
+      out += std::string(indent, ' ') + line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+  }
+  if (!line.empty()) out += std::string(indent, ' ') + line + "\n";
+  return out;
+}
+
+void print_params(const ParamSpec* params, std::size_t count) {
+  if (count == 0) {
+    std::cout << "\nParameters: none\n";
+    return;
+  }
+  std::cout << "\nParameters:\n";
+  for (std::size_t i = 0; i < count; ++i) {
+    const ParamSpec& p = params[i];
+    std::cout << "  " << p.name << "\n";
+    std::string line = std::string("type ") + to_string(p.type) + ", default " + default_text(p);
+    if (auto r = range_text(p); !r.empty()) line += ", range " + r;
+    if (p.choices) {
+      std::string c = p.choices;
+      std::replace(c.begin(), c.end(), '|', ',');
+      line += ", one of {" + c + "}";
+    }
+    std::cout << "      " << line << "\n" << wrap(p.help ? p.help : "", 6);
+  }
+}
+
+nlohmann::ordered_json params_json(const ParamSpec* params, std::size_t count) {
+  auto arr = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < count; ++i) {
+    const ParamSpec& p = params[i];
+    nlohmann::ordered_json j;
+    j["name"] = p.name;
+    j["type"] = to_string(p.type);
+    j["required"] = (p.flags & kParamRequired) != 0;
+    j["default"] = p.flags & kParamRequired ? nlohmann::ordered_json() : nlohmann::ordered_json(p.default_value ? p.default_value : "");
+    if (std::isfinite(p.min)) j["min"] = p.min;
+    if (std::isfinite(p.max)) j["max"] = p.max;
+    if (p.choices) j["choices"] = p.choices;
+    j["help"] = p.help ? p.help : "";
+    arr.push_back(j);
+  }
+  return arr;
+}
+
+nlohmann::ordered_json plugin_json(const PluginEntry& e) {
+  const PluginDescriptor& d = *e.descriptor;
+  nlohmann::ordered_json j;
+  j["kind"] = to_string(d.kind);
+  j["name"] = d.name;
+  j["version"] = d.version;
+  j["license"] = d.license;
+  j["description"] = d.description;
+  j["file"] = e.file.string();
+  j["abi"] = std::to_string(d.abi_major) + "." + std::to_string(d.abi_minor);
+  j["fingerprint"] = d.fingerprint ? d.fingerprint : "";
+  j["parameters"] = params_json(d.params, d.num_params);
+  return j;
+}
+
+void print_plugin(const PluginEntry& e) {
+  const PluginDescriptor& d = *e.descriptor;
+  std::cout << to_string(d.kind) << " plugin '" << d.name << "'\n"
+            << "  description  " << d.description << "\n"
+            << "  version      " << d.version << "\n"
+            << "  license      " << d.license << "\n"
+            << "  file         " << e.file.string() << "\n"
+            << "  plugin ABI   " << d.abi_major << "." << d.abi_minor << "\n"
+            << "  build        " << (d.fingerprint ? d.fingerprint : "") << "\n";
+  print_params(d.params, d.num_params);
+}
+
+int kind_order(PluginKind k) {
+  switch (k) {
+    case PluginKind::tokenizer: return 0;
+    case PluginKind::mask: return 1;
+    case PluginKind::model: return 2;
+    case PluginKind::decoder: return 3;
+  }
+  return 4;
+}
+
+const char* kHelp = R"(Usage: masque plugins [NAME | KIND/NAME] [--json] [--paths]
+
+Without NAME: a table of every plugin found (kind, name, version, description), grouped by kind.
+With NAME: the plugin's file, version, license and every parameter with its type, default,
+range and meaning.
+
+Plugins are searched in <masque>/../lib/masque/plugins, then in every absolute directory of
+MASQUE_PLUGIN_PATH (':'-separated). Broken plugin files are reported on stderr (exit code 2).
+
+Examples:
+  masque plugins
+  masque plugins beam
+  masque plugins mask/permutation --json
+)";
+
+}  // namespace
+
+int cmd_plugins(int argc, char** argv) {
+  po::options_description o("Options");
+  o.add_options()("help,h", "this help")("json", po::bool_switch(), "machine-readable output")(
+      "paths", po::bool_switch(), "print the plugin search directories");
+  po::options_description hidden;
+  hidden.add_options()("name", po::value<std::string>());
+  po::positional_options_description pos;
+  pos.add("name", 1);
+  po::variables_map vm = parse(argc, argv, o, hidden, pos);
+  if (vm.count("help")) {
+    std::cout << kHelp << "\n" << o << "\n";
+    return kExitOk;
+  }
+  auto registry = open_registry(true);
+  const bool json = vm["json"].as<bool>();
+  int status = kExitOk;
+  for (const auto& p : registry->problems()) {
+    std::fprintf(stderr, "masque: error: %s\n", p.message.c_str());
+    status = kExitUsage;
+  }
+  // Same kind/name in two files.
+  std::map<std::string, std::vector<const PluginEntry*>> by_key;
+  for (const auto& e : registry->plugins()) by_key[e.key()].push_back(&e);
+  for (const auto& [key, entries] : by_key)
+    if (entries.size() > 1) {
+      std::string files;
+      for (auto* e : entries) files += "\n  " + e->file.string();
+      std::fprintf(stderr, "masque: error: two plugins provide %s:%s\n", key.c_str(), files.c_str());
+      status = kExitUsage;
+    }
+
+  if (vm["paths"].as<bool>()) {
+    for (const auto& d : registry->dirs()) std::cout << d.string() << "\n";
+    return status;
+  }
+  if (vm.count("name")) {
+    std::string name = vm["name"].as<std::string>();
+    std::vector<const PluginEntry*> found;
+    auto slash = name.find('/');
+    for (const auto& e : registry->plugins()) {
+      if (slash == std::string::npos ? name == e.descriptor->name : name == e.key()) found.push_back(&e);
+    }
+    if (found.empty()) {
+      std::string all;
+      for (const auto& e : registry->plugins()) all += (all.empty() ? "" : ", ") + e.key();
+      throw ConfigError("no plugin named '" + name + "'; available: " + all);
+    }
+    if (json) {
+      auto arr = nlohmann::ordered_json::array();
+      for (auto* e : found) arr.push_back(plugin_json(*e));
+      std::cout << (arr.size() == 1 ? arr[0] : arr).dump(2) << "\n";
+    } else {
+      for (std::size_t i = 0; i < found.size(); ++i) {
+        if (i) std::cout << "\n";
+        print_plugin(*found[i]);
+      }
+    }
+    return status;
+  }
+  std::vector<const PluginEntry*> all;
+  for (const auto& e : registry->plugins()) all.push_back(&e);
+  std::stable_sort(all.begin(), all.end(), [](auto* a, auto* b) {
+    int ka = kind_order(a->descriptor->kind), kb = kind_order(b->descriptor->kind);
+    if (ka != kb) return ka < kb;
+    return std::string(a->descriptor->name) < b->descriptor->name;
+  });
+  if (json) {
+    auto arr = nlohmann::ordered_json::array();
+    for (auto* e : all) arr.push_back(plugin_json(*e));
+    std::cout << arr.dump(2) << "\n";
+    return status;
+  }
+  std::size_t w = 4;
+  for (auto* e : all) w = std::max(w, std::string(e->descriptor->name).size());
+  std::printf("%-10s %-*s %-8s %s\n", "KIND", static_cast<int>(w), "NAME", "VERSION", "DESCRIPTION");
+  PluginKind last = PluginKind::tokenizer;
+  bool first = true;
+  for (auto* e : all) {
+    const PluginDescriptor& d = *e->descriptor;
+    if (!first && d.kind != last) std::printf("\n");
+    first = false;
+    last = d.kind;
+    std::printf("%-10s %-*s %-8s %s\n", to_string(d.kind), static_cast<int>(w), d.name, d.version,
+                d.description);
+  }
+  return status;
+}
+
+int cmd_tasks(int argc, char** argv) {
+  po::options_description o("Options");
+  o.add_options()("help,h", "this help")("json", po::bool_switch(), "machine-readable output");
+  po::options_description hidden;
+  hidden.add_options()("name", po::value<std::string>());
+  po::positional_options_description pos;
+  pos.add("name", 1);
+  po::variables_map vm = parse(argc, argv, o, hidden, pos);
+  if (vm.count("help")) {
+    std::cout << "Usage: masque tasks [NAME] [--json]\n\nThe tasks a pipeline's `task:` can name, "
+                 "with their sections and parameters.\n\n"
+              << o << "\n";
+    return kExitOk;
+  }
+  const auto& catalog = task_catalog();
+  if (vm.count("name")) {
+    const std::string name = vm["name"].as<std::string>();
+    for (const auto& t : catalog) {
+      if (t.spec.name != name) continue;
+      if (vm["json"].as<bool>()) {
+        nlohmann::ordered_json j;
+        j["name"] = t.spec.name;
+        j["description"] = t.spec.description;
+        j["required_sections"] = t.spec.required_sections;
+        j["optional_sections"] = t.spec.optional_sections;
+        j["parameters"] = params_json(t.spec.params.data(), t.spec.params.size());
+        std::cout << j.dump(2) << "\n";
+        return kExitOk;
+      }
+      std::cout << "task '" << t.spec.name << "'\n" << wrap(t.spec.description, 2);
+      std::string req, opt;
+      for (const auto& s : t.spec.required_sections) {
+        auto d = t.spec.default_plugins.find(s);
+        req += (req.empty() ? "" : ", ") + s + (d != t.spec.default_plugins.end() ? " (default " + d->second + ")" : "");
+      }
+      for (const auto& s : t.spec.optional_sections) opt += (opt.empty() ? "" : ", ") + s;
+      std::cout << "  sections     " << req << (opt.empty() ? "" : "; optional: " + opt) << "\n";
+      print_params(t.spec.params.data(), t.spec.params.size());
+      return kExitOk;
+    }
+    std::string all;
+    for (const auto& t : catalog) all += (all.empty() ? "" : ", ") + t.spec.name;
+    throw ConfigError("no task named '" + name + "'; available: " + all);
+  }
+  for (const auto& t : catalog) std::printf("%-14s %s\n", t.spec.name.c_str(), t.spec.description.c_str());
+  return kExitOk;
+}
+
+}  // namespace masque::cli

@@ -1,0 +1,64 @@
+// masque run PIPELINE: stream a corpus through a pipeline.
+#include <cstdio>
+#include <iostream>
+
+#include "common.hpp"
+#include "masque/error.hpp"
+#include "tasks/task.hpp"
+
+namespace masque::cli {
+
+namespace {
+const char* kHelp = R"(Usage: masque run PIPELINE [options]
+
+Reads records (stdin by default), runs the pipeline's task on each, writes one output record
+per input record, in input order (stdout by default). Records that fail get an error record
+in their place ({"id", "error"}) and the run goes on.
+
+Examples:
+  masque run pipelines/lm-generate.yaml < /dev/null
+  masque run pipelines/lm-score.yaml -i corpus.txt --set task.token_logprobs=true
+  masque run pipelines/translate.yaml --set decoder.plugin=beam --set decoder.beam_size=4 \
+      --format nbest < words.txt
+  cat in.jsonl | masque run p.yaml --input-format jsonl --field text | jq .ppl
+
+Exit codes: 0 ok; 1 some records failed; 2 usage or configuration error; 3 runtime failure;
+128+N interrupted by signal N (only complete records were written).
+)";
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  po::options_description pipeline_opts("Pipeline");
+  pipeline_opts.add_options()
+      ("help,h", "this help")
+      ("set,s", po::value<std::vector<std::string>>()->composing(),
+       "section.key=value: set any declared parameter (repeatable; e.g. decoder.beam_size=4, "
+       "decoder.plugin=beam, task.max_batch_size=8)")
+      ("dump-config", po::bool_switch(), "print the fully resolved pipeline and exit")
+      ("allow-plugin-file", po::bool_switch(),
+       "allow `plugin:` values that name a library file instead of an installed plugin");
+  po::options_description visible;
+  visible.add(pipeline_opts).add(io_options());
+  po::options_description hidden;
+  hidden.add_options()("pipeline", po::value<std::string>());
+  po::positional_options_description pos;
+  pos.add("pipeline", 1);
+  po::variables_map vm = parse(argc, argv, visible, hidden, pos);
+  if (vm.count("help")) {
+    std::cout << kHelp << "\n" << visible << "\n";
+    return kExitOk;
+  }
+  if (!vm.count("pipeline")) throw ConfigError("masque run: missing PIPELINE (see masque run --help)");
+  auto registry = open_registry(vm["quiet"].as<bool>());
+  LoadOptions load;
+  if (vm.count("set")) load.sets = vm["set"].as<std::vector<std::string>>();
+  load.allow_plugin_files = vm["allow-plugin-file"].as<bool>();
+  Pipeline pipeline = load_pipeline_file(vm["pipeline"].as<std::string>(), load, *registry, task_specs());
+  if (vm["dump-config"].as<bool>()) {
+    std::cout << pipeline.dump();
+    return kExitOk;
+  }
+  return run_pipeline(pipeline, *registry, vm);
+}
+
+}  // namespace masque::cli

@@ -1,0 +1,143 @@
+#include "common.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+
+#include "masque/error.hpp"
+#include "tasks/task.hpp"
+
+namespace masque::cli {
+
+std::unique_ptr<Registry> open_registry(bool quiet) {
+  std::vector<std::string> warnings;
+  auto dirs = Registry::default_dirs(&warnings);
+  auto registry = std::make_unique<Registry>(dirs);
+  if (!quiet) {
+    for (const auto& w : warnings) std::fprintf(stderr, "masque: warning: %s\n", w.c_str());
+    for (const auto& p : registry->problems())
+      std::fprintf(stderr, "masque: warning: skipping %s\n", p.message.c_str());
+  }
+  return registry;
+}
+
+po::variables_map parse(int argc, char** argv, const po::options_description& visible,
+                        const po::options_description& hidden,
+                        const po::positional_options_description& positional) {
+  po::options_description all;
+  all.add(visible).add(hidden);
+  po::variables_map vm;
+  po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
+  po::notify(vm);
+  return vm;
+}
+
+po::options_description io_options() {
+  po::options_description o("Input and output");
+  o.add_options()
+      ("input,i", po::value<std::string>()->default_value("-"), "input file (- = stdin)")
+      ("output,o", po::value<std::string>()->default_value("-"), "output file (- = stdout)")
+      ("input-format", po::value<std::string>()->default_value("text"),
+       "text (one record per line), tsv (named columns), jsonl (one JSON object per line), "
+       "ids (space-separated token ids per line)")
+      ("field", po::value<std::string>()->default_value("text"),
+       "jsonl/tsv: the field holding the text")
+      ("columns", po::value<std::string>(),
+       "tsv: comma-separated column names (default: the first line is a header)")
+      ("format,f", po::value<std::string>()->default_value("jsonl"),
+       "output: jsonl (one JSON object per record), text, tsv, nbest (id ||| text ||| score)")
+      ("keep-fields", po::bool_switch(), "copy the input fields into each JSON output record")
+      ("unbuffered", po::bool_switch(), "flush after every record")
+      ("threads,t", po::value<int>()->default_value(1), "worker threads (batches run in parallel)")
+      ("intra-threads", po::value<int>()->default_value(1),
+       "oneDNN threads inside each worker (helps one long batch; 1 is best for small models)")
+      ("quiet,q", po::bool_switch(), "no progress line and no summary on stderr")
+      ("fail-fast", po::bool_switch(), "stop at the first record that fails (exit code 1)")
+      ("summary", po::value<std::string>(), "also write the corpus summary as JSON to this file");
+  return o;
+}
+
+RunOptions run_options_from(const po::variables_map& vm, const Params& task_params) {
+  RunOptions o;
+  o.input.format = parse_input_format(vm["input-format"].as<std::string>());
+  o.input.field = vm["field"].as<std::string>();
+  if (vm.count("columns")) {
+    std::stringstream ss(vm["columns"].as<std::string>());
+    std::string c;
+    while (std::getline(ss, c, ',')) o.input.columns.push_back(c);
+  }
+  o.input.max_record_bytes = static_cast<std::size_t>(task_params.get_int("max_record_bytes"));
+  o.input.replace_invalid_utf8 = task_params.get_string("invalid_utf8") == "replace";
+  o.batching = batching_from(task_params);
+  o.format = parse_output_format(vm["format"].as<std::string>());
+  o.unbuffered = vm["unbuffered"].as<bool>();
+  o.threads = vm["threads"].as<int>();
+  o.intra_threads = vm["intra-threads"].as<int>();
+  if (o.threads < 1 || o.threads > 256) throw ConfigError("--threads: expected 1..256");
+  if (o.intra_threads < 1 || o.intra_threads > 256) throw ConfigError("--intra-threads: expected 1..256");
+  o.quiet = vm["quiet"].as<bool>();
+  o.progress = !o.quiet && isatty(fileno(stderr));
+  o.fail_fast = vm["fail-fast"].as<bool>();
+  o.keep_fields = vm["keep-fields"].as<bool>();
+  if (vm.count("summary")) o.summary_file = vm["summary"].as<std::string>();
+  return o;
+}
+
+Streams::~Streams() {
+  if (in && in != stdin) std::fclose(in);
+  if (out && out != stdout) std::fclose(out);
+}
+
+void open_streams(const po::variables_map& vm, Streams& s) {
+  const std::string in = vm["input"].as<std::string>();
+  const std::string out = vm["output"].as<std::string>();
+  if (in != "-") {
+    s.in = std::fopen(in.c_str(), "rb");
+    if (!s.in) throw ConfigError(in + ": cannot open the input file: " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (fstat(fileno(s.in), &st) == 0 && S_ISREG(st.st_mode)) s.input_size = static_cast<std::uint64_t>(st.st_size);
+  if (out != "-") {
+    s.out = std::fopen(out.c_str(), "wb");
+    if (!s.out) throw ConfigError(out + ": cannot open the output file: " + std::strerror(errno));
+  }
+}
+
+int run_pipeline(const Pipeline& pipeline, const Registry& registry, const po::variables_map& vm) {
+  RunOptions options = run_options_from(vm, pipeline.task_params);
+  Streams streams;
+  open_streams(vm, streams);
+  options.input_size = streams.input_size;
+  Plugins plugins = create_plugins(pipeline, registry);
+  std::unique_ptr<Task> task = create_task(pipeline, plugins);
+  install_signal_handlers();
+  RunStats stats = run_corpus(*task, streams.in, streams.out, options);
+  if (!options.summary_file.empty()) {
+    std::ofstream f(options.summary_file);
+    f << summary_json(*task, stats).dump(2) << "\n";
+    if (!f) std::fprintf(stderr, "masque: cannot write the summary to %s\n", options.summary_file.c_str());
+  }
+  if (!options.quiet) std::fputs(summary_text(*task, stats).c_str(), stderr);
+  if (stats.interrupted) {
+    std::fprintf(stderr, "masque: interrupted after %llu complete records\n",
+                 static_cast<unsigned long long>(stats.records));
+    std::fflush(nullptr);
+    std::_Exit(128 + interrupt_signal());
+  }
+  if (!stats.output_error.empty()) {
+    std::fprintf(stderr, "masque: cannot write the output (%s); stopped after %llu records\n",
+                 stats.output_error.c_str(), static_cast<unsigned long long>(stats.records));
+    std::fflush(nullptr);
+    std::_Exit(kExitRuntime);
+  }
+  if (stats.stopped_on_failure) {
+    std::fprintf(stderr, "masque: stopped at the first failed record (--fail-fast)\n");
+    std::fflush(nullptr);
+    std::_Exit(kExitRecordsFailed);
+  }
+  return stats.failed ? kExitRecordsFailed : kExitOk;
+}
+
+}  // namespace masque::cli

@@ -1,0 +1,44 @@
+// Pieces shared by the masque subcommands.
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+#include "pipeline.hpp"
+#include "registry.hpp"
+#include "run/runner.hpp"
+
+namespace masque::cli {
+
+namespace po = boost::program_options;
+
+// The registry over the default plugin directories; warnings about ignored path entries and
+// broken plugin files go to stderr unless quiet.
+std::unique_ptr<Registry> open_registry(bool quiet);
+
+// Parses argv after the subcommand name; throws po::error on bad usage.
+po::variables_map parse(int argc, char** argv, const po::options_description& visible,
+                        const po::options_description& hidden = {},
+                        const po::positional_options_description& positional = {});
+
+// Options shared by run and tokenize: input/output, formats, threads, progress.
+po::options_description io_options();
+RunOptions run_options_from(const po::variables_map& vm, const Params& task_params);
+
+// Opens -i / -o ("-" or absent = stdin / stdout). ConfigError naming the file on failure.
+struct Streams {
+  std::FILE* in = stdin;
+  std::FILE* out = stdout;
+  std::uint64_t input_size = 0;
+  ~Streams();
+};
+void open_streams(const po::variables_map& vm, Streams& streams);
+
+// Runs the pipeline's task over the input; returns the exit code.
+int run_pipeline(const Pipeline& pipeline, const Registry& registry, const po::variables_map& vm);
+
+}  // namespace masque::cli

@@ -1,0 +1,271 @@
+#include "io/records.hpp"
+
+#include <charconv>
+#include <cstring>
+
+#include "masque/error.hpp"
+
+namespace masque {
+
+InputFormat parse_input_format(const std::string& name) {
+  if (name == "text" || name == "lines") return InputFormat::text;
+  if (name == "tsv") return InputFormat::tsv;
+  if (name == "jsonl" || name == "json") return InputFormat::jsonl;
+  if (name == "ids") return InputFormat::ids;
+  throw ConfigError("--input-format: expected text, tsv, jsonl or ids, got '" + name + "'");
+}
+
+namespace {
+
+// Length of the valid UTF-8 sequence starting at s[i], or 0 if invalid.
+std::size_t utf8_sequence(std::string_view s, std::size_t i) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  unsigned char c = p[i];
+  if (c < 0x80) return 1;
+  auto cont = [&](std::size_t k) { return i + k < n && (p[i + k] & 0xc0) == 0x80; };
+  if (c >= 0xc2 && c <= 0xdf) return cont(1) ? 2 : 0;
+  if (c >= 0xe0 && c <= 0xef) {
+    if (!cont(1) || !cont(2)) return 0;
+    if (c == 0xe0 && p[i + 1] < 0xa0) return 0;   // overlong
+    if (c == 0xed && p[i + 1] >= 0xa0) return 0;  // surrogates
+    return 3;
+  }
+  if (c >= 0xf0 && c <= 0xf4) {
+    if (!cont(1) || !cont(2) || !cont(3)) return 0;
+    if (c == 0xf0 && p[i + 1] < 0x90) return 0;  // overlong
+    if (c == 0xf4 && p[i + 1] >= 0x90) return 0;  // > U+10FFFF
+    return 4;
+  }
+  return 0;
+}
+
+// Bytes in the maximal subpart of an invalid sequence at s[i] (at least 1).
+std::size_t invalid_run(std::string_view s, std::size_t i) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  unsigned char c = p[i];
+  std::size_t want = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xc2 && c <= 0xdf ? 2 : 1;
+  std::size_t k = 1;
+  while (k < want && i + k < s.size() && (p[i + k] & 0xc0) == 0x80) {
+    // The second byte has a narrower range for some leads.
+    if (k == 1 && ((c == 0xe0 && p[i + 1] < 0xa0) || (c == 0xed && p[i + 1] >= 0xa0) ||
+                   (c == 0xf0 && p[i + 1] < 0x90) || (c == 0xf4 && p[i + 1] >= 0x90)))
+      break;
+    ++k;
+  }
+  return k;
+}
+
+}  // namespace
+
+std::size_t first_invalid_utf8(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t len = utf8_sequence(text, i);
+    if (len == 0) return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+bool is_valid_utf8(std::string_view text) { return first_invalid_utf8(text) == std::string_view::npos; }
+
+std::string repair_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t len = utf8_sequence(text, i);
+    if (len) {
+      out.append(text.substr(i, len));
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";
+      i += invalid_run(text, i);
+    }
+  }
+  return out;
+}
+
+RecordReader::RecordReader(std::FILE* in, InputOptions options)
+    : in_(in), options_(std::move(options)) {
+  if (options_.format == InputFormat::tsv && !options_.columns.empty()) header_read_ = true;
+}
+
+bool RecordReader::fill() {
+  pos_ = 0;
+  end_ = std::fread(buffer_.data(), 1, buffer_.size(), in_);
+  return end_ > 0;
+}
+
+// Reads up to the next '\n' (exclusive). Bytes beyond max_record_bytes are counted but not
+// kept, so one huge line cannot make memory grow.
+RecordReader::LineStatus RecordReader::read_line(std::string& line, std::size_t& raw_bytes) {
+  line.clear();
+  raw_bytes = 0;
+  bool too_long = false;
+  bool any = false;
+  while (true) {
+    if (pos_ == end_ && !fill()) break;
+    any = true;
+    const char* begin = buffer_.data() + pos_;
+    const void* nl = std::memchr(begin, '\n', end_ - pos_);
+    std::size_t n = nl ? static_cast<const char*>(nl) - begin : end_ - pos_;
+    raw_bytes += n + (nl ? 1 : 0);
+    bytes_read_ += n + (nl ? 1 : 0);
+    if (!too_long) {
+      if (line.size() + n > options_.max_record_bytes) {
+        too_long = true;
+        std::string().swap(line);
+      } else {
+        line.append(begin, n);
+      }
+    }
+    pos_ += n + (nl ? 1 : 0);
+    if (nl) break;
+  }
+  if (!any) return LineStatus::eof;
+  if (too_long) return LineStatus::too_long;
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  return LineStatus::ok;
+}
+
+bool RecordReader::next(Record& record) {
+  std::string line;
+  std::size_t raw = 0;
+  while (true) {
+    LineStatus status = read_line(line, raw);
+    if (status == LineStatus::eof) return false;
+    if (options_.format == InputFormat::tsv && !header_read_) {
+      header_read_ = true;
+      if (status != LineStatus::ok) throw ConfigError("the TSV header line is too long");
+      std::size_t start = 0;
+      while (true) {
+        auto tab = line.find('\t', start);
+        options_.columns.push_back(line.substr(start, tab == std::string::npos ? tab : tab - start));
+        if (tab == std::string::npos) break;
+        start = tab + 1;
+      }
+      continue;
+    }
+    record = Record();
+    record.id = next_id_++;
+    record.bytes = raw;
+    if (status == LineStatus::too_long) {
+      record.error = "the record is " + std::to_string(raw) + " bytes, longer than the limit of " +
+                     std::to_string(options_.max_record_bytes) + " (--max-record-bytes)";
+      return true;
+    }
+    parse(record, line);
+    return true;
+  }
+}
+
+void RecordReader::parse(Record& record, std::string& line) {
+  if (std::size_t bad = first_invalid_utf8(line); bad != std::string::npos) {
+    if (!options_.replace_invalid_utf8) {
+      record.error = "invalid UTF-8 at byte " + std::to_string(bad) +
+                     " (use --invalid-utf8 replace to replace invalid bytes with U+FFFD)";
+      return;
+    }
+    line = repair_utf8(line);
+  }
+  switch (options_.format) {
+    case InputFormat::text:
+      record.text = line;
+      record.fields[options_.field] = line;
+      break;
+    case InputFormat::jsonl: parse_jsonl(record, line); break;
+    case InputFormat::tsv: parse_tsv(record, line); break;
+    case InputFormat::ids: parse_ids(record, line); break;
+  }
+}
+
+void RecordReader::parse_jsonl(Record& record, const std::string& line) {
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(line);
+  } catch (const std::exception& e) {
+    record.error = std::string("invalid JSON: ") + e.what();
+    return;
+  }
+  if (!j.is_object()) {
+    record.error = "expected a JSON object per line, got " + std::string(j.type_name());
+    return;
+  }
+  record.fields = j;
+  if (auto it = j.find("ids"); it != j.end()) {
+    if (!it->is_array()) {
+      record.error = "'ids' must be an array of integers";
+      return;
+    }
+    std::vector<TokenId> ids;
+    for (const auto& v : *it) {
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > INT32_MAX) {
+        record.error = "'ids' must be an array of non-negative integers";
+        return;
+      }
+      ids.push_back(v.get<TokenId>());
+    }
+    record.ids = std::move(ids);
+  }
+  if (auto it = j.find(options_.field); it != j.end()) {
+    if (!it->is_string()) {
+      record.error = "field '" + options_.field + "' must be a string";
+      return;
+    }
+    record.text = it->get<std::string>();
+  } else if (!record.ids) {
+    record.error = "no '" + options_.field + "' field (choose the field with --field) and no 'ids'";
+  }
+}
+
+void RecordReader::parse_tsv(Record& record, const std::string& line) {
+  std::vector<std::string> cells;
+  std::size_t start = 0;
+  while (true) {
+    auto tab = line.find('\t', start);
+    cells.push_back(line.substr(start, tab == std::string::npos ? tab : tab - start));
+    if (tab == std::string::npos) break;
+    start = tab + 1;
+  }
+  if (cells.size() != options_.columns.size()) {
+    record.error = "expected " + std::to_string(options_.columns.size()) + " tab-separated columns (" +
+                   [&] {
+                     std::string s;
+                     for (const auto& c : options_.columns) s += (s.empty() ? "" : ", ") + c;
+                     return s;
+                   }() +
+                   "), got " + std::to_string(cells.size());
+    return;
+  }
+  for (std::size_t i = 0; i < cells.size(); ++i) record.fields[options_.columns[i]] = cells[i];
+  auto it = record.fields.find(options_.field);
+  if (it == record.fields.end()) {
+    // Default text column: the first one.
+    record.text = cells.empty() ? "" : cells[0];
+  } else {
+    record.text = it->get<std::string>();
+  }
+}
+
+void RecordReader::parse_ids(Record& record, const std::string& line) {
+  std::vector<TokenId> ids;
+  const char* p = line.data();
+  const char* end = p + line.size();
+  while (p < end) {
+    while (p < end && (*p == ' ' || *p == '\t')) ++p;
+    if (p == end) break;
+    TokenId v = 0;
+    auto [next, ec] = std::from_chars(p, end, v);
+    if (ec != std::errc() || v < 0 || (next < end && *next != ' ' && *next != '\t')) {
+      record.error = "expected space-separated non-negative token ids, got '" +
+                     std::string(p, std::min<std::size_t>(20, static_cast<std::size_t>(end - p))) + "'";
+      return;
+    }
+    ids.push_back(v);
+    p = next;
+  }
+  record.fields["ids"] = ids;
+  record.ids = std::move(ids);
+}
+
+}  // namespace masque

@@ -1,0 +1,72 @@
+// Input records: plain lines, TSV with named columns, JSON lines, or token ids.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "masque/tokenizer.hpp"
+
+namespace masque {
+
+enum class InputFormat { text, tsv, jsonl, ids };
+
+InputFormat parse_input_format(const std::string& name);  // ConfigError on unknown names
+
+struct InputOptions {
+  InputFormat format = InputFormat::text;
+  std::string field = "text";         // jsonl / tsv: the column holding the text
+  std::vector<std::string> columns;   // tsv: column names; empty = first line is a header
+  std::size_t max_record_bytes = 16u << 20;  // longer lines are skipped (an error record)
+  bool replace_invalid_utf8 = false;  // else invalid UTF-8 makes an error record
+};
+
+struct Record {
+  std::uint64_t id = 0;       // 0-based record number in the input
+  std::string text;           // the text to process ("" when given as ids)
+  nlohmann::ordered_json fields = nlohmann::ordered_json::object();  // all input fields
+  std::optional<std::vector<TokenId>> ids;  // pre-tokenized input
+  std::size_t bytes = 0;      // size of the raw input line
+  std::string error;          // the record could not be read (invalid UTF-8, too long, bad JSON)
+};
+
+// Reads records one at a time from a stream; never holds more than one line (bounded by
+// max_record_bytes) in memory.
+class RecordReader {
+ public:
+  RecordReader(std::FILE* in, InputOptions options);
+  // False at end of input.
+  bool next(Record& record);
+  std::uint64_t bytes_read() const { return bytes_read_; }
+
+ private:
+  enum class LineStatus { ok, too_long, eof };
+  LineStatus read_line(std::string& line, std::size_t& raw_bytes);
+  void parse(Record& record, std::string& line);
+  void parse_jsonl(Record& record, const std::string& line);
+  void parse_tsv(Record& record, const std::string& line);
+  void parse_ids(Record& record, const std::string& line);
+
+  bool fill();  // refills buffer_ from in_; false at end of input
+
+  std::FILE* in_;
+  InputOptions options_;
+  std::vector<char> buffer_ = std::vector<char>(1 << 16);
+  std::size_t pos_ = 0, end_ = 0;
+  std::uint64_t next_id_ = 0;
+  std::uint64_t bytes_read_ = 0;
+  bool header_read_ = false;
+};
+
+// True when `text` is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF).
+bool is_valid_utf8(std::string_view text);
+// Replaces every invalid sequence with U+FFFD (one per maximal invalid subpart, as ICU does).
+std::string repair_utf8(std::string_view text);
+// The byte offset of the first invalid sequence, for error messages.
+std::size_t first_invalid_utf8(std::string_view text);
+
+}  // namespace masque

@@ -1,0 +1,78 @@
+// Pipeline files: a task plus one section per plugin (`plugin:` and its parameters),
+// validated against the parameters each plugin declares before anything heavy loads.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "masque/params.hpp"
+#include "masque/plugin.hpp"
+#include "registry.hpp"
+
+namespace masque {
+
+// What a task declares: its own parameters and the plugin sections it uses.
+struct TaskSpec {
+  std::string name;
+  std::string description;
+  std::vector<ParamSpec> params;
+  std::vector<std::string> required_sections;
+  std::vector<std::string> optional_sections;
+  std::map<std::string, std::string> default_plugins;  // section -> plugin when not given
+};
+
+// The pipeline sections and the plugin kind each one holds.
+struct SectionKind {
+  const char* section;
+  PluginKind kind;
+};
+const std::vector<SectionKind>& pipeline_sections();
+
+struct PluginConfig {
+  std::string section;
+  const PluginEntry* entry = nullptr;
+  Params params;
+};
+
+struct Pipeline {
+  std::filesystem::path file;  // empty for a pipeline built from the command line
+  std::string task;            // empty when no task was asked for (masque tokenize)
+  Params task_params;
+  std::map<std::string, PluginConfig> plugins;  // by section
+
+  bool has(const std::string& section) const { return plugins.count(section) != 0; }
+  const PluginConfig& at(const std::string& section) const;
+  // The fully resolved pipeline as YAML (every parameter, defaults included, absolute paths).
+  std::string dump() const;
+};
+
+struct PipelineSource {
+  std::string text;              // YAML
+  std::string name;              // for messages: the file path, or "<command line>"
+  std::filesystem::path base_dir;  // relative paths in the text resolve against it
+};
+
+struct LoadOptions {
+  std::vector<std::string> sets;   // "section.key=value", applied in order
+  bool require_task = true;
+  bool allow_plugin_files = false;  // a `plugin:` naming a library file (opt-in)
+};
+
+// Loads and validates. Throws ConfigError listing every problem found, each with
+// file:line:column (or the --set that caused it), the key path and what was expected.
+Pipeline load_pipeline(const PipelineSource& source, const LoadOptions& options,
+                       Registry& registry, const std::vector<TaskSpec>& tasks);
+Pipeline load_pipeline_file(const std::filesystem::path& file, const LoadOptions& options,
+                            Registry& registry, const std::vector<TaskSpec>& tasks);
+
+// Parameter values from text: used for defaults, pipeline values and --set values alike.
+// Throws ConfigError with `what` describing the expectation.
+ParamValue parse_param_value(const ParamSpec& spec, const std::string& yaml_text);
+
+// Fills every declared parameter with its default (plugins created outside a pipeline).
+Params default_params(const PluginDescriptor& descriptor);
+Params default_params(const ParamSpec* specs, std::size_t count);
+
+}  // namespace masque

@@ -1,0 +1,76 @@
+// Tasks: what `masque run` does with each record (lm-score, lm-generate, seq2seq, ...).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/output.hpp"
+#include "io/records.hpp"
+#include "masque/decoder.hpp"
+#include "masque/mask.hpp"
+#include "masque/model.hpp"
+#include "masque/tokenizer.hpp"
+#include "pipeline.hpp"
+
+namespace masque {
+
+// The plugin objects a pipeline names, created once per run and shared by all workers.
+struct Plugins {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Tokenizer> target_tokenizer;
+  std::unique_ptr<MaskStrategy> mask;
+  std::unique_ptr<Decoder> decoder;
+};
+
+Plugins create_plugins(const Pipeline& pipeline, const Registry& registry);
+
+// One record on its way through a task.
+struct Item {
+  Record record;
+  std::vector<TokenId> tokens;         // prepared input tokens
+  std::vector<std::int32_t> type_ids;  // token type / segment of each token, or empty
+  std::size_t cost = 0;                // padded-length measure used for batching
+  std::shared_ptr<void> data;          // task-specific prepared state
+};
+
+// Contract: prepare() and process() are const and run concurrently on different items and
+// batches. A RecordError thrown by prepare() fails that record; process() returns exactly one
+// Result per item, in order, using error_result() for the records it could not serve.
+class Task {
+ public:
+  virtual ~Task();
+  virtual void prepare(Item& item) const = 0;
+  virtual std::vector<Result> process(std::span<Item* const> batch) const = 0;
+  // Corpus-level figures (perplexity, ...), merged over all batches.
+  virtual nlohmann::ordered_json summary() const { return nlohmann::ordered_json::object(); }
+  // Human-readable summary line(s) for stderr, or "".
+  virtual std::string summary_text() const { return ""; }
+  // Fields of the JSON object that --format tsv writes after the id.
+  virtual std::vector<std::string> tsv_columns() const { return {"text"}; }
+};
+
+struct TaskEntry {
+  TaskSpec spec;
+  std::unique_ptr<Task> (*create)(const Pipeline& pipeline, const Plugins& plugins);
+};
+
+// Every task masque knows, with its parameters (the common run parameters included).
+const std::vector<TaskEntry>& task_catalog();
+std::vector<TaskSpec> task_specs();
+std::unique_ptr<Task> create_task(const Pipeline& pipeline, const Plugins& plugins);
+
+// Parameters every task has (batching and input limits), appended to each TaskSpec.
+const std::vector<ParamSpec>& common_task_params();
+
+// Registration helper used by each task's file.
+struct TaskRegistration {
+  explicit TaskRegistration(TaskEntry entry);
+};
+
+}  // namespace masque

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs everything, builds, and runs the whole test suite (CTest ends with its summary).
+#
+#   scripts/test.sh                 Release build in ./build
+#   scripts/test.sh --sanitize      AddressSanitizer + UndefinedBehaviorSanitizer build in ./build-asan
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = "--sanitize" ]; then
+  export BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo CMAKE_ARGS="-DMASQUE_SANITIZE=ON -DMASQUE_BUILD_BENCH=OFF"
+  # oneDNN and OpenMP keep allocations alive on purpose; leaks are not what this run checks.
+  export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:${ASAN_OPTIONS:-}"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
+fi
+BUILD_DIR=${BUILD_DIR:-build}
+scripts/setup.sh
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)"
