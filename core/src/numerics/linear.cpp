@@ -206,10 +206,15 @@ Linear Linear::concat(std::span<const Tensor> weights, std::span<const Tensor> b
   }
   Tensor b;
   if (!biases.empty()) {
-    std::vector<Tensor> rows;
-    for (const auto& bias : biases) rows.push_back(bias.reshaped({1, bias.numel()}));
-    b = concat_rows(rows);
-    b = b.reshaped({b.numel()});
+    std::int64_t total = 0;
+    for (const auto& bias : biases) total += bias.numel();
+    b = Tensor({total});
+    float* o = b.f32();
+    for (const auto& bias : biases) {
+      const Tensor f = bias.dtype() == DType::f32 ? bias : bias.to_f32();
+      std::memcpy(o, f.f32(), f.bytes());
+      o += f.numel();
+    }
   }
   return Linear(w, b, options);
 }

@@ -20,9 +20,10 @@
 
 namespace masque::numerics {
 
-// e^x for x <= 88 (below -87.3 it returns a tiny positive value, not 0); relative error
-// ~2 ulp. Cody-Waite range reduction and a degree-6 polynomial.
+// e^x for x <= 88 (0 below -87.3, so -inf gives 0); relative error ~2 ulp. Cody-Waite range
+// reduction and a degree-6 polynomial.
 inline float fast_exp(float x) {
+  const bool underflow = x < -87.3f;
   x = std::clamp(x, -87.3f, 88.0f);
   const float n = std::floor(x * 1.44269504088896341f + 0.5f);
   float r = x - n * 0.693359375f;
@@ -35,7 +36,8 @@ inline float fast_exp(float x) {
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
   const std::int32_t e = static_cast<std::int32_t>(n) + 127;
-  return p * std::bit_cast<float>(e << 23);
+  const float y = p * std::bit_cast<float>(e << 23);
+  return underflow ? 0.0f : y;
 }
 
 // erf(x) as a rational approximation on [-4, 4] (erf is +-1 to float precision outside);

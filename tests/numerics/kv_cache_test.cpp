@@ -1,0 +1,234 @@
+#include <catch2/catch.hpp>
+
+#include <numeric>
+#include <vector>
+
+#include "masque/error.hpp"
+#include "masque/kv_cache.hpp"
+#include "reference.hpp"
+
+using namespace masque;
+using masque::test::random_tensor;
+using masque::test::reference_attention;
+using masque::test::relative_error;
+
+namespace {
+
+constexpr double kTol = 1e-5;
+constexpr int kLayers = 2;
+constexpr int kVocab = 50;
+
+// A toy network: each token id has fixed q, k, v vectors per layer, so any prefix can be
+// recomputed from scratch and compared with the incremental result.
+struct Toy {
+  AttentionDims dims{6, 2, 8, 0.35f};
+  std::int64_t qw = 48, kw = 16;
+  std::vector<Tensor> q, k, v;  // per layer [kVocab, width]
+
+  Toy() {
+    for (int l = 0; l < kLayers; ++l) {
+      q.push_back(random_tensor({kVocab, qw}, 10 + l));
+      k.push_back(random_tensor({kVocab, kw}, 20 + l));
+      v.push_back(random_tensor({kVocab, kw}, 30 + l));
+    }
+  }
+
+  // Rows of `width` floats for `ids` (id -1: a pad column, zeros).
+  static Tensor gather(const Tensor& table, const std::vector<int>& ids) {
+    const std::int64_t width = table.dim(1);
+    Tensor out = Tensor::zeros({static_cast<std::int64_t>(ids.size()), width});
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] >= 0) std::copy_n(table.f32() + ids[i] * width, width, out.f32() + i * width);
+    return out;
+  }
+
+  // Attention of query `id` over `keys` (all visible), in double.
+  std::vector<double> attend_all(int layer, int id, const std::vector<int>& keys) const {
+    AttentionLayout one;
+    one.reset(1, static_cast<std::int32_t>(keys.size()) + 1);
+    for (std::size_t j = 0; j <= keys.size(); ++j) one.role[j] = TokenRole::content;
+    std::vector<int> all = keys;
+    all.push_back(id);
+    Tensor qs = gather(q[layer], all), ks = gather(k[layer], all), vs = gather(v[layer], all);
+    auto out = reference_attention(dims, MaskView::self(one), qs, ks, vs, qw, kw);
+    return std::vector<double>(out.end() - qw, out.end());
+  }
+  std::vector<double> attend_keys(int layer, int id, const std::vector<int>& keys) const {
+    AttentionLayout source;
+    source.reset(1, static_cast<std::int32_t>(keys.size()));
+    for (std::size_t j = 0; j < keys.size(); ++j) source.role[j] = TokenRole::content;
+    Tensor qs = gather(q[layer], {id}), ks = gather(k[layer], keys), vs = gather(v[layer], keys);
+    return reference_attention(dims, MaskView::cross(source, 1), qs, ks, vs, qw, kw);
+  }
+};
+
+// Prefills `rows` (right-padded to the longest) under a causal layout; checks the prefill
+// outputs against a full computation.
+KvCache prefill(const Toy& toy, const std::vector<std::vector<int>>& rows) {
+  std::int32_t T = 0;
+  for (const auto& r : rows) T = std::max<std::int32_t>(T, static_cast<std::int32_t>(r.size()));
+  const auto B = static_cast<std::int32_t>(rows.size());
+  AttentionLayout layout;
+  layout.reset(B, T);
+  std::vector<int> ids;
+  std::vector<std::int32_t> positions;
+  for (std::int32_t b = 0; b < B; ++b)
+    for (std::int32_t t = 0; t < T; ++t) {
+      const bool real = t < static_cast<std::int32_t>(rows[b].size());
+      ids.push_back(real ? rows[b][t] : -1);
+      positions.push_back(t);
+      if (real) {
+        layout.role[b * T + t] = TokenRole::content;
+        layout.rank[b * T + t] = t;
+      }
+    }
+  KvCache cache(kLayers, toy.dims.kv_heads, toy.dims.head_dim, B);
+  cache.begin(layout, positions);
+  for (int l = 0; l < kLayers; ++l) {
+    Tensor qs = Toy::gather(toy.q[l], ids), ks = Toy::gather(toy.k[l], ids),
+           vs = Toy::gather(toy.v[l], ids);
+    cache.write(l, seq_view(ks, T), seq_view(vs, T));
+    Tensor out = Tensor::zeros({B * T, toy.qw});
+    attention(toy.dims, cache.mask(), seq_view(qs, T), cache.keys(l), cache.values(l),
+              mutable_seq_view(out, T));
+    CHECK(relative_error(out, reference_attention(toy.dims, MaskView::self(layout), qs, ks, vs,
+                                                  toy.qw, toy.kw)) <= kTol);
+  }
+  cache.end(true);
+  return cache;
+}
+
+// One step: token ids[b] for row b, compared with attending over the whole row from scratch.
+// `rows` holds each row's kept tokens and is updated when the step is kept.
+void step(const Toy& toy, KvCache& cache, std::vector<std::vector<int>>& rows,
+          const std::vector<int>& ids, TokenRole role = TokenRole::content,
+          const std::vector<std::vector<int>>* source = nullptr) {
+  const auto B = static_cast<std::int32_t>(ids.size());
+  REQUIRE(cache.rows() == B);
+  cache.begin_step(role);
+  for (std::int32_t b = 0; b < B; ++b)
+    CHECK(cache.pending_positions()[b] == static_cast<std::int32_t>(rows[b].size()));
+  for (int l = 0; l < kLayers; ++l) {
+    Tensor qs = Toy::gather(toy.q[l], ids), ks = Toy::gather(toy.k[l], ids),
+           vs = Toy::gather(toy.v[l], ids);
+    cache.write(l, seq_view(ks, 1), seq_view(vs, 1));
+    Tensor out = Tensor::zeros({B, toy.qw});
+    attention(toy.dims, cache.mask(), seq_view(qs, 1), cache.keys(l), cache.values(l),
+              mutable_seq_view(out, 1));
+    for (std::int32_t b = 0; b < B; ++b) {
+      INFO("layer " << l << ", row " << b);
+      CHECK(relative_error(out.f32() + b * toy.qw, toy.attend_all(l, ids[b], rows[b])) <= kTol);
+    }
+    if (source) {
+      Tensor cross = Tensor::zeros({B, toy.qw});
+      attention(toy.dims, cache.cross_mask(1), seq_view(qs, 1), cache.cross_keys(l),
+                cache.cross_values(l), mutable_seq_view(cross, 1));
+      for (std::int32_t b = 0; b < B; ++b)
+        CHECK(relative_error(cross.f32() + b * toy.qw, toy.attend_keys(l, ids[b], (*source)[b])) <=
+              kTol);
+    }
+  }
+  const bool keep = role == TokenRole::content;
+  cache.end(keep);
+  if (keep)
+    for (std::int32_t b = 0; b < B; ++b) rows[b].push_back(ids[b]);
+}
+
+}  // namespace
+
+TEST_CASE("incremental decoding with a KV cache equals full recomputation",
+          "[numerics][kv_cache]") {
+  const Toy toy;
+  std::vector<std::vector<int>> rows{{1, 2, 3, 4, 5}, {6, 7}, {8, 9, 10}};
+  KvCache cache = prefill(toy, rows);
+  CHECK(cache.length() == 5);
+  CHECK(cache.next_position(1) == 2);
+  CHECK(cache.next_rank(1) == 2);
+  // Enough steps to grow the capacity several times.
+  for (int s = 0; s < 40; ++s) step(toy, cache, rows, {(s * 7) % kVocab, (s * 3 + 1) % kVocab, 11});
+  CHECK(cache.length() == 45);
+}
+
+TEST_CASE("a query step sees the cache and itself and is not kept", "[numerics][kv_cache]") {
+  const Toy toy;
+  std::vector<std::vector<int>> rows{{1, 2, 3}, {4}};
+  KvCache cache = prefill(toy, rows);
+  step(toy, cache, rows, {5, 6});
+  step(toy, cache, rows, {40, 41}, TokenRole::query);
+  CHECK(cache.length() == 4);
+  CHECK(rows[0].size() == 4);
+  step(toy, cache, rows, {7, 8});  // the query left no trace
+  CHECK(cache.length() == 5);
+}
+
+TEST_CASE("select reorders, replicates and drops rows; fork is independent",
+          "[numerics][kv_cache]") {
+  const Toy toy;
+  std::vector<std::vector<int>> rows{{1, 2, 3, 4}, {5, 6}, {7, 8, 9}};
+  KvCache cache = prefill(toy, rows);
+  step(toy, cache, rows, {10, 11, 12});
+
+  const std::vector<std::int32_t> pick{2, 0, 0, 1};
+  cache.select(pick);
+  std::vector<std::vector<int>> picked;
+  for (auto r : pick) picked.push_back(rows[r]);
+  CHECK(cache.rows() == 4);
+  CHECK(cache.next_position(0) == 4);
+  step(toy, cache, picked, {13, 14, 15, 16});
+
+  KvCache copy = cache.fork();
+  std::vector<std::vector<int>> copy_rows = picked;
+  step(toy, copy, copy_rows, {17, 18, 19, 20});
+  step(toy, copy, copy_rows, {21, 22, 23, 24});
+  CHECK(copy.length() == cache.length() + 2);
+  step(toy, cache, picked, {25, 26, 27, 28});  // the original did not see the fork's steps
+
+  cache.select(std::vector<std::int32_t>{3});
+  std::vector<std::vector<int>> last{picked[3]};
+  step(toy, cache, last, {29});
+  CHECK_THROWS_AS(cache.select(std::vector<std::int32_t>{1}), RuntimeError);
+}
+
+TEST_CASE("cross-attention memory follows select", "[numerics][kv_cache]") {
+  const Toy toy;
+  const std::vector<std::vector<int>> source{{30, 31, 32}, {33}, {34, 35}};
+  AttentionLayout layout;
+  layout.reset(3, 3);
+  std::vector<int> ids;
+  for (int b = 0; b < 3; ++b)
+    for (int t = 0; t < 3; ++t) {
+      const bool real = t < static_cast<int>(source[b].size());
+      ids.push_back(real ? source[b][t] : -1);
+      if (real) layout.role[b * 3 + t] = TokenRole::content;
+    }
+  KvCache cache(kLayers, toy.dims.kv_heads, toy.dims.head_dim, 3);
+  cache.set_source(layout);
+  for (int l = 0; l < kLayers; ++l) {
+    Tensor ks = Toy::gather(toy.k[l], ids), vs = Toy::gather(toy.v[l], ids);
+    cache.set_cross(l, seq_view(ks, 3), seq_view(vs, 3));
+  }
+  // The decoder starts empty: the first step sees only itself.
+  std::vector<std::vector<int>> rows(3);
+  step(toy, cache, rows, {1, 1, 1}, TokenRole::content, &source);
+  step(toy, cache, rows, {2, 3, 4}, TokenRole::content, &source);
+  cache.select(std::vector<std::int32_t>{1, 1, 2});
+  std::vector<std::vector<int>> picked{rows[1], rows[1], rows[2]};
+  const std::vector<std::vector<int>> picked_source{source[1], source[1], source[2]};
+  step(toy, cache, picked, {5, 6, 7}, TokenRole::content, &picked_source);
+}
+
+TEST_CASE("KV cache misuse is reported", "[numerics][kv_cache]") {
+  KvCache cache(1, 1, 4, 2);
+  AttentionLayout layout;
+  layout.reset(3, 2);
+  CHECK_THROWS_AS(cache.begin(layout, std::vector<std::int32_t>(6, 0)), RuntimeError);
+  layout.reset(2, 2);
+  layout.dense.assign(8, 1);
+  CHECK_THROWS_AS(cache.begin(layout, std::vector<std::int32_t>(4, 0)), RuntimeError);
+  cache.begin_step(TokenRole::content);
+  CHECK_THROWS_AS(cache.select(std::vector<std::int32_t>{0}), RuntimeError);
+  CHECK_THROWS_AS(cache.write(1, {}, {}), RuntimeError);
+  cache.end(false);
+  CHECK(cache.length() == 0);
+  CHECK_THROWS_AS(cache.begin_step(TokenRole::pad), RuntimeError);
+}

@@ -1,0 +1,195 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "masque/error.hpp"
+#include "masque/layers.hpp"
+#include "masque/threading.hpp"
+#include "reference.hpp"
+
+using namespace masque;
+using masque::test::random_tensor;
+using masque::test::relative_error;
+
+namespace {
+
+double act(Activation a, double x) {
+  switch (a) {
+    case Activation::none:
+      return x;
+    case Activation::relu:
+      return x > 0 ? x : 0;
+    case Activation::gelu:
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case Activation::gelu_tanh:
+      return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    case Activation::silu:
+      return x / (1.0 + std::exp(-x));
+  }
+  return x;
+}
+
+// y = act(x W^T + b) with W stored [out, in].
+std::vector<double> reference_linear(const Tensor& x, const Tensor& w_out_in, const Tensor& bias,
+                                     Activation a) {
+  const std::int64_t in = w_out_in.dim(1), out = w_out_in.dim(0), rows = x.numel() / in;
+  std::vector<double> y;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t o = 0; o < out; ++o) {
+      double s = bias.empty() ? 0.0 : bias.f32()[o];
+      for (std::int64_t i = 0; i < in; ++i)
+        s += static_cast<double>(x.f32()[r * in + i]) * w_out_in.f32()[o * in + i];
+      y.push_back(act(a, s));
+    }
+  return y;
+}
+
+Tensor transpose(const Tensor& w) {
+  Tensor t({w.dim(1), w.dim(0)});
+  for (std::int64_t r = 0; r < w.dim(0); ++r)
+    for (std::int64_t c = 0; c < w.dim(1); ++c)
+      t.f32()[c * w.dim(0) + r] = w.f32()[r * w.dim(1) + c];
+  return t;
+}
+
+constexpr double kTol = 1e-5;
+
+}  // namespace
+
+TEST_CASE("Linear matches x W^T + b for nn.Linear and Conv1D layouts", "[numerics][linear]") {
+  const std::int64_t in = 48, out = 80;
+  Tensor w = random_tensor({out, in}, 21, 0.2f), b = random_tensor({out}, 22);
+  for (Activation a : {Activation::none, Activation::relu, Activation::gelu, Activation::gelu_tanh,
+                       Activation::silu}) {
+    Linear linear(w, b, {.activation = a});
+    Linear conv1d(transpose(w), b, {.activation = a, .layout = WeightLayout::in_out});
+    Linear no_bias(w, Tensor(), {.activation = a});
+    CHECK(linear.in_features() == in);
+    CHECK(linear.out_features() == out);
+    CHECK(conv1d.in_features() == in);
+    for (std::int64_t rows : {1, 3, 17, 64, 130}) {
+      INFO("activation " << to_string(a) << ", rows " << rows);
+      Tensor x = random_tensor({rows, in}, 23 + static_cast<std::uint32_t>(rows));
+      const auto want = reference_linear(x, w, b, a);
+      Tensor y;
+      linear.forward(x, y);
+      REQUIRE(y.shape() == Shape{rows, out});
+      CHECK(relative_error(y, want) <= kTol);
+      conv1d.forward(x, y);
+      CHECK(relative_error(y, want) <= kTol);
+      no_bias.forward(x, y);
+      CHECK(relative_error(y, reference_linear(x, w, Tensor(), a)) <= kTol);
+    }
+  }
+}
+
+TEST_CASE("Linear keeps leading dimensions and reuses its output buffer", "[numerics][linear]") {
+  Tensor w = random_tensor({16, 8}, 31);
+  Linear linear(w);
+  Tensor x = random_tensor({2, 5, 8}, 32), y;
+  linear.forward(x, y);
+  CHECK(y.shape() == Shape{2, 5, 16});
+  const void* buffer = y.raw();
+  Tensor x2 = random_tensor({2, 3, 8}, 33);
+  linear.forward(x2, y);
+  CHECK(y.shape() == Shape{2, 3, 16});
+  CHECK(y.raw() == buffer);
+  CHECK(relative_error(y, reference_linear(x2, w, Tensor(), Activation::none)) <= kTol);
+  Tensor wrong = random_tensor({4, 7}, 34);
+  CHECK_THROWS_AS(linear.forward(wrong, y), RuntimeError);
+  CHECK_THROWS_AS(linear.forward(x, x), RuntimeError);
+}
+
+TEST_CASE("Linear accepts F16 and BF16 weights", "[numerics][linear]") {
+  // Values exactly representable in both half formats.
+  Tensor w32({4, 3});
+  const float values[] = {0.5f, -1.0f, 2.0f, 0.25f, -0.125f, 1.5f,
+                          3.0f, -2.5f, 0.0f, 1.0f,  -0.75f,  4.0f};
+  std::copy(values, values + 12, w32.f32());
+  Tensor bf16({4, 3}, DType::bf16), f16({4, 3}, DType::f16);
+  for (int i = 0; i < 12; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &values[i], 4);
+    static_cast<std::uint16_t*>(bf16.raw())[i] = static_cast<std::uint16_t>(bits >> 16);
+  }
+  const std::uint16_t half_bits[] = {0x3800, 0xBC00, 0x4000, 0x3400, 0xB000, 0x3E00,
+                                     0x4200, 0xC100, 0x0000, 0x3C00, 0xBA00, 0x4400};
+  std::copy(half_bits, half_bits + 12, static_cast<std::uint16_t*>(f16.raw()));
+  Tensor x = random_tensor({2, 3}, 35);
+  const auto want = reference_linear(x, w32, Tensor(), Activation::none);
+  Tensor y;
+  Linear(bf16).forward(x, y);
+  CHECK(relative_error(y, want) <= kTol);
+  Linear(f16).forward(x, y);
+  CHECK(relative_error(y, want) <= kTol);
+}
+
+TEST_CASE("Linear::concat fuses projections in order", "[numerics][linear]") {
+  Tensor wq = random_tensor({8, 6}, 41), wk = random_tensor({4, 6}, 42),
+         wv = random_tensor({4, 6}, 43);
+  Tensor bq = random_tensor({8}, 44), bk = random_tensor({4}, 45), bv = random_tensor({4}, 46);
+  Tensor x = random_tensor({5, 6}, 47);
+  Linear fused = Linear::concat(std::vector<Tensor>{wq, wk, wv}, std::vector<Tensor>{bq, bk, bv});
+  Tensor y;
+  fused.forward(x, y);
+  REQUIRE(y.shape() == Shape{5, 16});
+  const auto q = reference_linear(x, wq, bq, Activation::none);
+  const auto v = reference_linear(x, wv, bv, Activation::none);
+  for (int r = 0; r < 5; ++r) {
+    for (int c = 0; c < 8; ++c) CHECK(std::abs(y.f32()[r * 16 + c] - q[r * 8 + c]) < 1e-5);
+    for (int c = 0; c < 4; ++c) CHECK(std::abs(y.f32()[r * 16 + 12 + c] - v[r * 4 + c]) < 1e-5);
+  }
+  // Conv1D pieces [in, out_i] are joined column-wise.
+  Linear fused_t =
+      Linear::concat(std::vector<Tensor>{transpose(wq), transpose(wk), transpose(wv)},
+                     std::vector<Tensor>{bq, bk, bv}, {.layout = WeightLayout::in_out});
+  Tensor y2;
+  fused_t.forward(x, y2);
+  CHECK(relative_error(y2, masque::test::to_double(y)) <= kTol);
+}
+
+TEST_CASE("Linear is safe to share between threads with different thread counts",
+          "[numerics][linear][threads]") {
+  Tensor w = random_tensor({96, 64}, 51, 0.1f), b = random_tensor({96}, 52);
+  const Linear linear(w, b, {.activation = Activation::gelu});
+  std::vector<Tensor> inputs;
+  for (int i = 0; i < 4; ++i) inputs.push_back(random_tensor({7 + 13 * i, 64}, 53 + i));
+  std::vector<std::vector<double>> want;
+  for (const auto& x : inputs) want.push_back(reference_linear(x, w, b, Activation::gelu));
+
+  std::vector<double> errors(4, 1.0);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 4; ++t)
+    workers.emplace_back([&, t] {
+      ThreadScope scope(t == 3 ? 2 : 1);
+      double worst = 0.0;
+      Tensor y;
+      for (int rep = 0; rep < 20; ++rep)
+        for (std::size_t i = 0; i < inputs.size(); ++i) {
+          linear.forward(inputs[(i + t) % inputs.size()], y);
+          worst = std::max(worst, relative_error(y, want[(i + t) % inputs.size()]));
+        }
+      errors[t] = worst;
+    });
+  for (auto& w : workers) w.join();
+  for (double e : errors) CHECK(e <= kTol);
+}
+
+TEST_CASE("thread counts are per calling thread", "[numerics][threads]") {
+  const int before = thread_count();
+  {
+    ThreadScope scope(2);
+    CHECK(thread_count() == 2);
+    int seen = 0;
+    std::thread([&] {
+      set_thread_count(1);
+      seen = thread_count();
+    }).join();
+    CHECK(seen == 1);
+    CHECK(thread_count() == 2);
+  }
+  CHECK(thread_count() == before);
+  CHECK_THROWS_AS(set_thread_count(0), ConfigError);
+}

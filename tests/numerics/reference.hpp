@@ -1,0 +1,79 @@
+// Plain double-precision reference implementations and helpers for the numerics tests.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "masque/attention.hpp"
+#include "masque/mask.hpp"
+#include "masque/tensor.hpp"
+
+namespace masque::test {
+
+inline Tensor random_tensor(Shape shape, std::uint32_t seed, float scale = 1.0f) {
+  Tensor t(std::move(shape));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = dist(rng);
+  return t;
+}
+
+inline std::vector<double> to_double(const Tensor& t) {
+  return std::vector<double>(t.f32(), t.f32() + t.numel());
+}
+
+// max |a - b| / max(1, max |b|): the error relative to the magnitude of the reference values.
+inline double relative_error(const float* got, const std::vector<double>& want) {
+  double diff = 0.0, scale = 1.0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  return diff / scale;
+}
+inline double relative_error(const Tensor& got, const std::vector<double>& want) {
+  return relative_error(got.f32(), want);
+}
+
+// Attention in double with the rule taken from MaskView::allowed; q [B, Tq, H*d],
+// k/v [B, Tk, Hkv*d] contiguous, result [B, Tq, H*d].
+inline std::vector<double> reference_attention(const AttentionDims& dims, const MaskView& mask,
+                                               const Tensor& q, const Tensor& k, const Tensor& v,
+                                               std::int64_t q_stride, std::int64_t k_stride) {
+  const int H = dims.heads, G = dims.heads / dims.kv_heads, d = dims.head_dim;
+  const std::int64_t qw = std::int64_t{H} * d, kw = std::int64_t{dims.kv_heads} * d;
+  std::vector<double> out(static_cast<std::size_t>(mask.batch) * mask.q_len * qw, 0.0);
+  for (int b = 0; b < mask.batch; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < mask.q_len; ++i) {
+        const float* qi = q.f32() + (std::int64_t{b} * mask.q_len + i) * q_stride + h * d;
+        std::vector<double> s(mask.k_len, 0.0);
+        std::vector<bool> ok(mask.k_len, false);
+        double mx = -INFINITY;
+        for (int j = 0; j < mask.k_len; ++j) {
+          if (!mask.allowed(b, i, j)) continue;
+          ok[j] = true;
+          const float* kj = k.f32() + (std::int64_t{b} * mask.k_len + j) * k_stride + (h / G) * d;
+          double dot = 0.0;
+          for (int c = 0; c < d; ++c) dot += static_cast<double>(qi[c]) * kj[c];
+          s[j] = dot * dims.scale;
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0.0;
+        for (int j = 0; j < mask.k_len; ++j)
+          if (ok[j]) sum += (s[j] = std::exp(s[j] - mx));
+        double* o = out.data() + (std::int64_t{b} * mask.q_len + i) * qw + h * d;
+        for (int j = 0; j < mask.k_len; ++j) {
+          if (!ok[j]) continue;
+          const float* vj = v.f32() + (std::int64_t{b} * mask.k_len + j) * k_stride + (h / G) * d;
+          for (int c = 0; c < d; ++c) o[c] += s[j] / sum * vj[c];
+        }
+      }
+  (void)kw;
+  return out;
+}
+
+}  // namespace masque::test
