@@ -1,0 +1,156 @@
+#include "pretokenizer.hpp"
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include <unicode/regex.h>
+#include <unicode/uchar.h>
+#include <unicode/utext.h>
+
+#include "utf8.hpp"
+
+namespace masque::bpe {
+
+namespace {
+
+CharClass icu_class(char32_t c) {
+  const auto cp = static_cast<UChar32>(c);
+  if (u_hasBinaryProperty(cp, UCHAR_WHITE_SPACE)) return kSpace;
+  switch (u_charType(cp)) {
+    case U_UPPERCASE_LETTER:
+    case U_LOWERCASE_LETTER:
+    case U_TITLECASE_LETTER:
+    case U_MODIFIER_LETTER:
+    case U_OTHER_LETTER:
+      return kLetter;
+    case U_DECIMAL_DIGIT_NUMBER:
+    case U_LETTER_NUMBER:
+    case U_OTHER_NUMBER:
+      return kNumber;
+    default:
+      return kOther;
+  }
+}
+
+struct BmpTable {
+  std::unique_ptr<std::uint8_t[]> cls{new std::uint8_t[0x10000]};
+  BmpTable() {
+    for (char32_t c = 0; c < 0x10000; ++c) cls[c] = icu_class(c);
+  }
+};
+
+const BmpTable& bmp() {
+  static const BmpTable table;  // thread-safe initialization
+  return table;
+}
+
+}  // namespace
+
+CharClass char_class(char32_t c) {
+  return c < 0x10000 ? static_cast<CharClass>(bmp().cls[c]) : icu_class(c);
+}
+
+void split_gpt2(std::string_view text, std::vector<Piece>& out) {
+  const std::uint8_t* table = bmp().cls.get();
+  const std::size_t n = text.size();
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  // Class and length of the code point at byte i (i < n; the text is valid UTF-8).
+  auto at = [&](std::size_t i, int& len) -> CharClass {
+    if (s[i] < 0x80) {
+      len = 1;
+      return static_cast<CharClass>(table[s[i]]);
+    }
+    char32_t cp = 0;
+    len = tok::decode_utf8(text, i, cp);
+    if (len == 0) throw std::invalid_argument("split_gpt2: invalid UTF-8");
+    return cp < 0x10000 ? static_cast<CharClass>(table[cp]) : icu_class(cp);
+  };
+  std::size_t i = 0;
+  while (i < n) {
+    // 's 't 're 've 'm 'll 'd (case-sensitive).
+    if (s[i] == '\'' && i + 1 < n) {
+      const unsigned char c1 = s[i + 1];
+      if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') {
+        out.emplace_back(i, i + 2);
+        i += 2;
+        continue;
+      }
+      if (i + 2 < n) {
+        const unsigned char c2 = s[i + 2];
+        if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) {
+          out.emplace_back(i, i + 3);
+          i += 3;
+          continue;
+        }
+      }
+    }
+    int len = 0;
+    CharClass cls = at(i, len);
+    std::size_t j = i + static_cast<std::size_t>(len);  // end of the first code point
+    // " ?\p{L}+", " ?\p{N}+", " ?[^\s\p{L}\p{N}]+": a space may lead a run of another class.
+    if (s[i] == ' ' && j < n) {
+      int len1 = 0;
+      const CharClass next = at(j, len1);
+      if (next != kSpace) {
+        cls = next;
+        j += static_cast<std::size_t>(len1);
+      }
+    }
+    if (cls != kSpace) {
+      while (j < n) {
+        int l = 0;
+        if (at(j, l) != cls) break;
+        j += static_cast<std::size_t>(l);
+      }
+      out.emplace_back(i, j);
+      i = j;
+      continue;
+    }
+    // A whitespace run [i, q). "\s+(?!\S)" takes all of it at the end of the text, else all
+    // but its last character (which then leads the next piece); when that would leave nothing,
+    // "\s+" takes the run (a single character here).
+    std::size_t last = i;  // start of the last whitespace character
+    std::size_t q = j;
+    while (q < n) {
+      int l = 0;
+      if (at(q, l) != kSpace) break;
+      last = q;
+      q += static_cast<std::size_t>(l);
+    }
+    const std::size_t end = (q == n || last == i) ? q : last;
+    out.emplace_back(i, end);
+    i = end;
+  }
+}
+
+std::vector<Piece> split_gpt2_regex(std::string_view text) {
+  static const std::unique_ptr<icu::RegexPattern> pattern = [] {
+    UErrorCode status = U_ZERO_ERROR;
+    UParseError pe;
+    std::unique_ptr<icu::RegexPattern> p(
+        icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(kGpt2Pattern), 0, pe, status));
+    if (U_FAILURE(status))
+      throw std::runtime_error(std::string("ICU regex: ") + u_errorName(status));
+    return p;
+  }();
+  std::vector<Piece> out;
+  UErrorCode status = U_ZERO_ERROR;
+  UText* ut = utext_openUTF8(nullptr, text.data(), static_cast<int64_t>(text.size()), &status);
+  std::unique_ptr<icu::RegexMatcher> m(pattern->matcher(status));
+  if (U_FAILURE(status)) {
+    utext_close(ut);
+    throw std::runtime_error(std::string("ICU regex: ") + u_errorName(status));
+  }
+  m->reset(ut);
+  while (m->find(status) && U_SUCCESS(status)) {
+    const auto b = static_cast<std::size_t>(m->start64(status));
+    const auto e = static_cast<std::size_t>(m->end64(status));
+    out.emplace_back(b, e);
+  }
+  utext_close(ut);
+  if (U_FAILURE(status)) throw std::runtime_error(std::string("ICU regex: ") + u_errorName(status));
+  return out;
+}
+
+}  // namespace masque::bpe
