@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -23,6 +24,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -109,36 +111,56 @@ class MergeTable {
 
 constexpr std::uint32_t kNoRank = std::numeric_limits<std::uint32_t>::max();
 
-// Cache of piece bytes -> ids, shared by all threads: shards with a reader/writer lock each.
-// A full shard is emptied (pieces follow a Zipf law; the frequent ones come back at once).
+// Cache of piece -> ids shared by all threads: a fixed table of 64-byte slots, two per set,
+// each holding a short piece and its ids inline (one cache line per probe, no allocation).
+// Lock stripes guard groups of sets; a full set drops its older entry.
 class PieceCache {
  public:
-  static constexpr std::size_t kShards = 64;
-  static constexpr std::size_t kMaxPerShard = 8192;
-  static constexpr std::size_t kMaxPieceBytes = 128;
+  static constexpr std::size_t kMaxPieceBytes = 22;
+  static constexpr std::size_t kMaxIds = 8;
 
-  bool find(std::string_view piece, std::size_t hash, std::vector<TokenId>& out) const {
-    const Shard& s = shards_[hash % kShards];
-    std::shared_lock lock(s.mutex);
-    auto it = s.map.find(piece);
-    if (it == s.map.end()) return false;
-    out.assign(it->second.begin(), it->second.end());
-    return true;
+  PieceCache() : slots_(2 * kSets) {}
+
+  bool find(std::string_view piece, std::uint64_t hash, std::vector<TokenId>& out) const {
+    const std::size_t set = hash & (kSets - 1);
+    std::shared_lock lock(stripes_[set % kStripes]);
+    for (std::size_t way = 0; way < 2; ++way) {
+      const Slot& s = slots_[2 * set + way];
+      if (s.count > 0 && s.hash == hash && s.length == piece.size() &&
+          masque::tok::same_bytes(s.bytes, piece.data(), piece.size())) {
+        out.assign(s.ids, s.ids + s.count);
+        return true;
+      }
+    }
+    return false;
   }
-  void insert(std::string_view piece, std::size_t hash, const std::vector<TokenId>& ids) const {
-    Shard& s = shards_[hash % kShards];
-    std::unique_lock lock(s.mutex);
-    if (s.map.size() >= kMaxPerShard) s.map.clear();
-    s.map.emplace(piece, ids);
+  void prefetch(std::uint64_t hash) const { __builtin_prefetch(&slots_[2 * (hash & (kSets - 1))]); }
+  void insert(std::string_view piece, std::uint64_t hash, const std::vector<TokenId>& ids) const {
+    if (piece.size() > kMaxPieceBytes || ids.empty() || ids.size() > kMaxIds) return;
+    const std::size_t set = hash & (kSets - 1);
+    std::unique_lock lock(stripes_[set % kStripes]);
+    Slot* way = &slots_[2 * set];
+    if (way[0].count > 0) way[1] = way[0];  // the newest entry goes first
+    Slot& s = way[0];
+    s.hash = hash;
+    s.length = static_cast<std::uint8_t>(piece.size());
+    s.count = static_cast<std::uint8_t>(ids.size());
+    std::memcpy(s.bytes, piece.data(), piece.size());
+    std::copy(ids.begin(), ids.end(), s.ids);
   }
 
  private:
-  struct Shard {
-    mutable std::shared_mutex mutex;
-    std::unordered_map<std::string, std::vector<TokenId>, masque::tok::StringHash, std::equal_to<>>
-        map;
+  static constexpr std::size_t kSets = 1 << 14;  // 2 MiB in all
+  static constexpr std::size_t kStripes = 64;
+  struct alignas(64) Slot {
+    std::uint64_t hash = 0;
+    std::uint8_t length = 0, count = 0;  // count 0: empty
+    char bytes[kMaxPieceBytes];
+    TokenId ids[kMaxIds];
   };
-  mutable std::array<Shard, kShards> shards_;
+  static_assert(sizeof(Slot) == 64);
+  mutable std::vector<Slot> slots_;
+  mutable std::array<std::shared_mutex, kStripes> stripes_;
 };
 
 class BytePairEncoder final : public masque::Tokenizer {
@@ -170,19 +192,31 @@ class BytePairEncoder final : public masque::Tokenizer {
     Encoding out;
     out.ids.reserve(text.size() / 3 + 2);
     out.offsets.reserve(text.size() / 3 + 2);
+    out.pieces.reserve(text.size() / 3 + 2);
     if (add_special && add_bos_) push(out, special_.bos, {0, 0});
     std::vector<masque::bpe::Piece> pieces;
+    std::vector<std::uint64_t> hashes;
     std::vector<TokenId> ids;
     specials_in_text_.split(
         text,
         [&](std::size_t b, std::size_t e) {
           pieces.clear();
           masque::bpe::split_gpt2(text.substr(b, e - b), pieces);
-          for (const auto& [pb, pe] : pieces) {
-            encode_piece(text.substr(b + pb, pe - pb), ids);
+          // Hash every piece first and prefetch the table slots a few pieces ahead: the
+          // lookups are random accesses into tables larger than the L2 cache.
+          hashes.resize(pieces.size());
+          for (std::size_t k = 0; k < pieces.size(); ++k)
+            hashes[k] = masque::tok::hash_bytes(
+                text.substr(b + pieces[k].first, pieces[k].second - pieces[k].first));
+          constexpr std::size_t kAhead = 4;
+          for (std::size_t k = 0; k < std::min(kAhead, pieces.size()); ++k) prefetch(hashes[k]);
+          for (std::size_t k = 0; k < pieces.size(); ++k) {
+            if (k + kAhead < pieces.size()) prefetch(hashes[k + kAhead]);
+            const auto [pb, pe] = pieces[k];
+            encode_piece(text.substr(b + pb, pe - pb), hashes[k], ids);
             auto at = static_cast<std::uint32_t>(b + pb);
             for (TokenId id : ids) {
-              const auto len = static_cast<std::uint32_t>(bytes_[id].size());
+              const std::uint32_t len = byte_len_[id];
               push(out, id, {at, at + len});
               at += len;
             }
@@ -212,17 +246,23 @@ class BytePairEncoder final : public masque::Tokenizer {
     return id >= 0 && id < vocab_size() ? pieces_[id] : std::string();
   }
   std::optional<TokenId> piece_to_id(std::string_view piece) const override {
-    auto it = piece_ids_.find(piece);
-    if (it == piece_ids_.end()) return std::nullopt;
-    return it->second;
+    const TokenId id = piece_ids_.find(piece);
+    if (id < 0) return std::nullopt;
+    return id;
   }
   const masque::SpecialTokens& special_tokens() const override { return special_; }
 
  private:
   void push(Encoding& out, TokenId id, ByteSpan span) const {
     out.ids.push_back(id);
-    out.pieces.push_back(pieces_[id]);
+    out.pieces.emplace_back(piece_view(id));
     out.offsets.push_back(span);
+  }
+
+  // The vocab.json spelling of a token (all of them in one arena, for locality).
+  std::string_view piece_view(TokenId id) const {
+    return std::string_view(piece_arena_)
+        .substr(piece_offset_[id], piece_offset_[id + 1] - piece_offset_[id]);
   }
 
   void load_vocab(const std::string& file) {
@@ -256,7 +296,7 @@ class BytePairEncoder final : public masque::Tokenizer {
                           masque::tok::quote_token(token));
       if (token.empty()) throw ConfigError(file + ": the empty string is not a valid token");
       pieces_[id] = token;
-      piece_ids_.emplace(token, id);
+      piece_ids_.insert(token, id);
       // The raw bytes the token stands for (tokens outside the byte alphabet, such as a
       // special token with other characters, stand for their own UTF-8).
       std::string raw;
@@ -275,15 +315,24 @@ class BytePairEncoder final : public masque::Tokenizer {
     for (int b = 0; b < 256; ++b) {
       std::string one;
       masque::tok::append_utf8(one, b2u[b]);
-      auto it = piece_ids_.find(one);
-      if (it == piece_ids_.end())
+      byte_token_[b] = piece_ids_.find(one);
+      if (byte_token_[b] < 0)
         throw ConfigError(file + ": the byte-level vocabulary lacks the token " +
                           masque::tok::quote_token(one) + " for byte " + std::to_string(b));
-      byte_token_[b] = it->second;
     }
-    if (auto it = piece_ids_.find(std::string_view(kEndOfText)); it != piece_ids_.end()) {
-      special_.bos = special_.eos = it->second;
-      bytes_[it->second] = kEndOfText;
+    if (const TokenId eot = piece_ids_.find(kEndOfText); eot >= 0) {
+      special_.bos = special_.eos = eot;
+      bytes_[eot] = kEndOfText;
+    }
+    // Compact copies for the encode loop: spellings in one arena, byte lengths as 16 bits.
+    piece_offset_.push_back(0);
+    for (std::size_t id = 0; id < pieces_.size(); ++id) {
+      piece_arena_ += pieces_[id];
+      piece_offset_.push_back(static_cast<std::uint32_t>(piece_arena_.size()));
+      if (bytes_[id].size() > 0xFFFF)
+        throw ConfigError(file + ": the token " + masque::tok::quote_token(pieces_[id]) +
+                          " is too long");
+      byte_len_.push_back(static_cast<std::uint16_t>(bytes_[id].size()));
     }
   }
 
@@ -316,16 +365,15 @@ class BytePairEncoder final : public masque::Tokenizer {
                           ": expected a merge 'A B' (two tokens separated by one space), "
                           "got " +
                           std::to_string(line.empty() ? 0 : fields.size()) + " field(s)");
-      auto a = piece_ids_.find(fields[0]);
-      auto b = piece_ids_.find(fields[1]);
       const std::string joined = std::string(fields[0]) + std::string(fields[1]);
-      auto m = piece_ids_.find(joined);
-      for (auto [it, name] : {std::pair{a, fields[0]}, std::pair{b, fields[1]},
+      const TokenId a = piece_ids_.find(fields[0]), b = piece_ids_.find(fields[1]),
+                    m = piece_ids_.find(joined);
+      for (auto [id, name] : {std::pair{a, fields[0]}, std::pair{b, fields[1]},
                               std::pair{m, std::string_view(joined)}})
-        if (it == piece_ids_.end())
+        if (id < 0)
           throw ConfigError(where + ": the token " + masque::tok::quote_token(name) +
                             " is not in the vocabulary");
-      if (!merges_.insert(a->second, b->second, rank, m->second))
+      if (!merges_.insert(a, b, rank, m))
         throw ConfigError(where + ": the merge '" + std::string(line) + "' appears twice");
       ++rank;
     }
@@ -340,19 +388,24 @@ class BytePairEncoder final : public masque::Tokenizer {
       const std::string& raw = bytes_[id];
       if (raw.empty() || static_cast<TokenId>(id) == special_.eos) continue;
       bpe(raw, ids);
-      if (ids.size() == 1 && ids[0] == static_cast<TokenId>(id)) whole_.emplace(raw, ids[0]);
+      if (ids.size() == 1 && ids[0] == static_cast<TokenId>(id)) whole_.insert(raw, ids[0]);
     }
   }
 
-  void encode_piece(std::string_view piece, std::vector<TokenId>& ids) const {
+  void prefetch(std::uint64_t h) const {
+    whole_.prefetch(h);
+    cache_.prefetch(h);
+  }
+
+  // `h` is hash_bytes(piece).
+  void encode_piece(std::string_view piece, std::uint64_t h, std::vector<TokenId>& ids) const {
     ids.clear();
     if (piece.size() == 1) {
       ids.push_back(byte_token_[static_cast<unsigned char>(piece[0])]);
       return;
     }
-    const std::size_t h = masque::tok::StringHash{}(piece);
-    if (auto it = whole_.find(piece); it != whole_.end()) {
-      ids.push_back(it->second);
+    if (const TokenId id = whole_.find(piece, h); id >= 0) {
+      ids.push_back(id);
       return;
     }
     const bool cacheable = piece.size() <= PieceCache::kMaxPieceBytes;
@@ -435,7 +488,10 @@ class BytePairEncoder final : public masque::Tokenizer {
   }
 
   std::vector<std::string> pieces_;  // vocab.json spelling
-  std::vector<std::string> bytes_;   // raw bytes of each token
+  std::string piece_arena_;          // the same, concatenated
+  std::vector<std::uint32_t> piece_offset_;
+  std::vector<std::uint16_t> byte_len_;
+  std::vector<std::string> bytes_;  // raw bytes of each token
   masque::tok::TokenMap piece_ids_;
   masque::tok::TokenMap whole_;  // raw bytes -> id, for pieces that are one token
   TokenId byte_token_[256] = {};

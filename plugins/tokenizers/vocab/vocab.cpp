@@ -41,8 +41,8 @@ class Vocabulary final : public masque::Tokenizer {
     auto find = [&](const char* param, bool required) -> TokenId {
       const std::string& token = params.get_string(param);
       if (token.empty()) return -1;
-      auto it = ids_.find(token);
-      if (it != ids_.end()) return it->second;
+      const TokenId id = ids_.find(token);
+      if (id >= 0) return id;
       if (required)
         throw ConfigError(file + ": " + param + " " + masque::tok::quote_token(token) +
                           " is not in the vocabulary");
@@ -72,11 +72,9 @@ class Vocabulary final : public masque::Tokenizer {
       if (sp == std::string_view::npos) sp = text.size();
       if (sp > pos) {
         const std::string_view token = text.substr(pos, sp - pos);
-        auto it = ids_.find(token);
-        TokenId id = special_.unk;
-        if (it != ids_.end())
-          id = it->second;
-        else if (id < 0)
+        TokenId id = ids_.find(token);
+        if (id < 0) id = special_.unk;
+        if (id < 0)
           throw masque::RecordError("vocab: the token " + masque::tok::quote_token(token) +
                                     " is not in the vocabulary and unk_token is not set");
         push(out, id, {static_cast<std::uint32_t>(pos), static_cast<std::uint32_t>(sp)});
@@ -110,9 +108,9 @@ class Vocabulary final : public masque::Tokenizer {
     return id >= 0 && id < vocab_size() ? pieces_[id] : std::string();
   }
   std::optional<TokenId> piece_to_id(std::string_view piece) const override {
-    auto it = ids_.find(piece);
-    if (it == ids_.end()) return std::nullopt;
-    return it->second;
+    const TokenId id = ids_.find(piece);
+    if (id < 0) return std::nullopt;
+    return id;
   }
   const masque::SpecialTokens& special_tokens() const override { return special_; }
 

@@ -133,9 +133,10 @@ class WordPiece final : public masque::Tokenizer {
     }
     pieces_ = masque::tok::read_token_lines(vocab_file, /*strip_cr=*/true);
     vocab_ = masque::tok::index_tokens(pieces_, vocab_file);
-    for (const auto& [token, id] : vocab_) {
+    for (std::size_t id = 0; id < pieces_.size(); ++id) {
+      const std::string& token = pieces_[id];
       if (token.size() > 2 && token.compare(0, 2, "##") == 0) {
-        continuation_.emplace(token.substr(2), id);
+        continuation_.insert(std::string_view(token).substr(2), static_cast<TokenId>(id));
         max_cont_bytes_ = std::max(max_cont_bytes_, token.size() - 2);
       }
       max_word_bytes_ = std::max(max_word_bytes_, token.size());
@@ -169,10 +170,7 @@ class WordPiece final : public masque::Tokenizer {
             : strip == masque::tok::Tristate::yes;
     max_chars_ = static_cast<std::size_t>(params.get_int("max_chars_per_word"));
 
-    auto find = [&](const char* t) {
-      auto it = vocab_.find(std::string_view(t));
-      return it == vocab_.end() ? TokenId{-1} : it->second;
-    };
+    auto find = [&](const char* t) { return vocab_.find(t); };
     special_.unk = find("[UNK]");
     special_.cls = find("[CLS]");
     special_.sep = find("[SEP]");
@@ -244,9 +242,9 @@ class WordPiece final : public masque::Tokenizer {
     return id >= 0 && id < vocab_size() ? pieces_[id] : std::string();
   }
   std::optional<TokenId> piece_to_id(std::string_view piece) const override {
-    auto it = vocab_.find(piece);
-    if (it == vocab_.end()) return std::nullopt;
-    return it->second;
+    const TokenId id = vocab_.find(piece);
+    if (id < 0) return std::nullopt;
+    return id;
   }
   const masque::SpecialTokens& special_tokens() const override { return special_; }
 
@@ -445,11 +443,8 @@ class WordPiece final : public masque::Tokenizer {
       while (end < n && (static_cast<unsigned char>(w[end]) & 0xC0) == 0x80) --end;
       TokenId found = -1;
       while (end > start) {
-        auto it = map.find(w.substr(start, end - start));
-        if (it != map.end()) {
-          found = it->second;
-          break;
-        }
+        found = map.find(w.substr(start, end - start));
+        if (found >= 0) break;
         do --end;
         while (end > start && (static_cast<unsigned char>(w[end]) & 0xC0) == 0x80);
       }
