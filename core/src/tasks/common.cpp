@@ -1,0 +1,204 @@
+#include "tasks/common.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "masque/error.hpp"
+
+namespace masque {
+
+void tokenize_item(Item& item, const Tokenizer* tokenizer, const Model* model, bool add_special) {
+  const Record& record = item.record;
+  if (record.ids) {
+    item.tokens = *record.ids;
+    if (model) {
+      const std::int32_t vocab = model->info().kind == ModelKind::encoder_decoder
+                                     ? model->info().source_vocab_size
+                                     : model->info().vocab_size;
+      for (TokenId id : item.tokens)
+        if (id >= vocab)
+          throw RecordError("token id " + std::to_string(id) + " is out of the model's vocabulary (" +
+                            std::to_string(vocab) + " ids)");
+    }
+    item.type_ids.assign(item.tokens.size(), 0);
+    return;
+  }
+  if (!tokenizer) throw RecordError("the pipeline has no tokenizer: give records as ids (--input-format ids)");
+  Encoding e = tokenizer->encode(record.text, add_special);
+  item.tokens = std::move(e.ids);
+  item.type_ids = std::move(e.type_ids);
+  if (item.type_ids.size() != item.tokens.size()) item.type_ids.assign(item.tokens.size(), 0);
+}
+
+void check_length(const Item& item, std::size_t tokens, const Params& task_params, const Model& model) {
+  (void)item;
+  auto limit = static_cast<std::size_t>(task_params.get_int("max_record_tokens"));
+  const char* what = "max_record_tokens";
+  const auto model_max = static_cast<std::size_t>(model.info().max_positions);
+  if (limit == 0 || (model_max > 0 && limit > model_max)) {
+    limit = model_max;
+    what = "the model's maximum positions";
+  }
+  if (limit > 0 && tokens > limit)
+    throw RecordError("the record has " + std::to_string(tokens) + " tokens, more than " + what + " (" +
+                      std::to_string(limit) + ")");
+}
+
+std::optional<std::vector<std::int32_t>> int_array_field(const Record& record, const char* name) {
+  auto it = record.fields.find(name);
+  if (it == record.fields.end() || it->is_null()) return std::nullopt;
+  if (!it->is_array()) throw RecordError(std::string("'") + name + "' must be an array of integers");
+  std::vector<std::int32_t> out;
+  for (const auto& v : *it) {
+    if (!v.is_number_integer()) throw RecordError(std::string("'") + name + "' must be an array of integers");
+    out.push_back(v.get<std::int32_t>());
+  }
+  return out;
+}
+
+BuiltBatch build_batch(std::span<const SequenceSpec> sequences, const MaskStrategy& mask,
+                       TokenId pad_token, TokenId query_token) {
+  std::vector<SequenceMask> masks;
+  masks.reserve(sequences.size());
+  for (const SequenceSpec& s : sequences) {
+    MaskRequest request;
+    request.length = static_cast<std::int32_t>(s.ids.size());
+    request.segments = s.segments;
+    request.order = s.order;
+    request.record_id = s.record_id;
+    masks.push_back(mask.build(request));
+  }
+  return assemble_batch(sequences, std::move(masks), pad_token, query_token);
+}
+
+BuiltBatch assemble_batch(std::span<const SequenceSpec> sequences, std::vector<SequenceMask> masks,
+                          TokenId pad_token, TokenId query_token) {
+  BuiltBatch built;
+  built.masks = std::move(masks);
+  std::size_t longest = 0;
+  for (const auto& m : built.masks) longest = std::max(longest, m.size());
+  Batch& b = built.batch;
+  b.batch = static_cast<std::int32_t>(sequences.size());
+  b.length = static_cast<std::int32_t>(longest);
+  const std::size_t total = sequences.size() * longest;
+  b.ids.assign(total, std::max(pad_token, 0));
+  b.positions.assign(total, 0);
+  b.token_types.assign(total, 0);
+  b.attention.reset(b.batch, b.length);
+  for (std::size_t r = 0; r < sequences.size(); ++r) {
+    const SequenceSpec& s = sequences[r];
+    const SequenceMask& m = built.masks[r];
+    const std::size_t base = r * longest, n = s.ids.size();
+    if (m.size() != n + m.query_positions.size())
+      throw RuntimeError("mask strategy returned " + std::to_string(m.size()) + " tokens for a sequence of " +
+                         std::to_string(n) + " tokens and " + std::to_string(m.query_positions.size()) + " queries");
+    for (std::size_t t = 0; t < n; ++t) {
+      b.ids[base + t] = s.ids[t];
+      b.positions[base + t] = static_cast<std::int32_t>(t);
+      if (!s.token_types.empty()) b.token_types[base + t] = s.token_types[t];
+    }
+    for (std::size_t q = 0; q < m.query_positions.size(); ++q) {
+      if (query_token < 0)
+        throw RecordError("the mask strategy appends query tokens, but there is no [MASK] token to feed them");
+      const auto p = static_cast<std::size_t>(m.query_positions[q]);
+      b.ids[base + n + q] = query_token;
+      b.positions[base + n + q] = static_cast<std::int32_t>(p);
+      if (!s.token_types.empty() && p < n) b.token_types[base + n + q] = s.token_types[p];
+    }
+    b.attention.set_row(static_cast<std::int32_t>(r), m);
+  }
+  return built;
+}
+
+SequenceMask all_visible(std::size_t length) {
+  SequenceMask m;
+  m.rank.assign(length, 0);
+  m.role.assign(length, TokenRole::content);
+  return m;
+}
+
+std::vector<std::int32_t> top_k(std::span<const float> logits, std::size_t k) {
+  std::vector<std::int32_t> idx(logits.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  k = std::min(k, idx.size());
+  auto better = [&](std::int32_t a, std::int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), better);
+  idx.resize(k);
+  return idx;
+}
+
+std::string detokenize(const Tokenizer* tokenizer, std::span<const TokenId> ids) {
+  if (tokenizer) return tokenizer->decode(ids, true);
+  std::string out;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i) out += ' ';
+    out += std::to_string(ids[i]);
+  }
+  return out;
+}
+
+ModelStepper::ModelStepper(const Model& model, std::unique_ptr<DecodeState> state, Tensor logits,
+                           std::vector<StepperRecord> records, std::vector<TokenId> end_tokens,
+                           TokenId start_token, std::int32_t step_token_type)
+    : model_(model),
+      state_(std::move(state)),
+      logits_(std::move(logits)),
+      records_(std::move(records)),
+      end_tokens_(std::move(end_tokens)),
+      step_token_type_(step_token_type) {
+  if (start_token >= 0) {
+    std::vector<TokenId> start(records_.size(), start_token);
+    advance(start);
+  }
+}
+
+void ModelStepper::advance(std::span<const TokenId> tokens) {
+  StepInput input;
+  input.tokens = tokens;
+  if (step_token_type_ >= 0) {
+    types_.assign(tokens.size(), step_token_type_);
+    input.token_types = types_;
+  }
+  model_.step(*state_, input, logits_);
+}
+
+void ModelStepper::select(std::span<const std::int32_t> rows) {
+  state_->select(rows);
+  if (logits_.empty()) return;
+  const std::int64_t vocab = logits_.dim(-1);
+  Tensor picked({static_cast<std::int64_t>(rows.size()), vocab});
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    std::copy_n(logits_.f32() + rows[i] * vocab, vocab, picked.f32() + i * vocab);
+  logits_ = std::move(picked);
+}
+
+void add_hypotheses(Result& result, const DecodeResult& decoded, const Tokenizer* tokenizer,
+                    bool with_logprobs) {
+  if (decoded.hypotheses.empty()) throw RuntimeError("the decoder returned no hypothesis");
+  const Hypothesis& best = decoded.hypotheses.front();
+  result.text = detokenize(tokenizer, best.tokens);
+  result.object["text"] = result.text;
+  result.object["tokens"] = best.tokens;
+  result.object["score"] = best.score;
+  if (with_logprobs) result.object["token_logprobs"] = best.logprobs;
+  if (decoded.hypotheses.size() > 1) {
+    auto list = nlohmann::ordered_json::array();
+    for (const Hypothesis& h : decoded.hypotheses) {
+      nlohmann::ordered_json j;
+      j["text"] = detokenize(tokenizer, h.tokens);
+      j["tokens"] = h.tokens;
+      j["score"] = h.score;
+      if (with_logprobs) j["token_logprobs"] = h.logprobs;
+      list.push_back(j);
+      result.nbest.push_back({j["text"].get<std::string>(), h.score});
+    }
+    result.object["hypotheses"] = list;
+  } else {
+    result.nbest.push_back({result.text, best.score});
+  }
+  result.tokens += best.tokens.size();
+}
+
+}  // namespace masque

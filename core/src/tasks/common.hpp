@@ -1,0 +1,105 @@
+// Pieces shared by the model tasks: record tokens, padded batches under a mask strategy,
+// and a Stepper that drives a model for the decoder plugins.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "masque/decoder.hpp"
+#include "masque/mask.hpp"
+#include "masque/model.hpp"
+#include "masque/tokenizer.hpp"
+#include "tasks/task.hpp"
+
+namespace masque {
+
+// The record's tokens: its `ids` when given (checked against the model's vocabulary), else the
+// tokenizer's encoding of its text (with the special tokens the model expects when
+// add_special). Also fills item.type_ids. RecordError when neither is possible.
+void tokenize_item(Item& item, const Tokenizer* tokenizer, const Model* model, bool add_special);
+
+// Fails the record when it has more tokens than allowed (the task's max_record_tokens, or the
+// model's maximum positions when that is 0).
+void check_length(const Item& item, std::size_t tokens, const Params& task_params, const Model& model);
+
+// An optional integer array field of a JSON-lines record ("order", "segments", ...).
+std::optional<std::vector<std::int32_t>> int_array_field(const Record& record, const char* name);
+
+// One sequence of a batch as a task sees it.
+struct SequenceSpec {
+  std::vector<TokenId> ids;              // content tokens
+  std::vector<std::int32_t> token_types;  // per content token, or empty
+  std::vector<std::int32_t> segments;     // for the mask strategy, or empty
+  std::vector<std::int32_t> order;        // explicit factorization order, or empty
+  std::uint64_t record_id = 0;
+};
+
+// A padded batch under `mask`. Query tokens the strategy appends get `query_token` (e.g.
+// [MASK]) with the position they predict. masks[b] is what the strategy returned for row b.
+struct BuiltBatch {
+  Batch batch;
+  std::vector<SequenceMask> masks;
+};
+BuiltBatch build_batch(std::span<const SequenceSpec> sequences, const MaskStrategy& mask,
+                       TokenId pad_token, TokenId query_token);
+// The same from masks the task made itself (masks[b].query_positions are absolute positions).
+BuiltBatch assemble_batch(std::span<const SequenceSpec> sequences, std::vector<SequenceMask> masks,
+                          TokenId pad_token, TokenId query_token);
+// A mask in which every token sees every token (pads excepted).
+SequenceMask all_visible(std::size_t length);
+
+// The top-k ids of a logits row (descending, smaller id first on ties).
+std::vector<std::int32_t> top_k(std::span<const float> logits, std::size_t k);
+
+// Decodes ids to text with the tokenizer, or joins ids with spaces when there is none.
+std::string detokenize(const Tokenizer* tokenizer, std::span<const TokenId> ids);
+
+// Drives a Model for a decoder plugin: rows start as one per record.
+struct StepperRecord {
+  std::uint64_t id = 0;
+  std::vector<TokenId> context;  // prompt / source, for repetition penalties
+  std::vector<TokenId> prefix;   // forced target prefix
+  std::int32_t max_steps = -1;
+};
+
+class ModelStepper final : public Stepper {
+ public:
+  // `state` comes from model.start(); `logits` holds the logits of each row's last prompt token
+  // (decoder-only and UniLM). For encoder-decoder models `start_token` >= 0 is fed first.
+  ModelStepper(const Model& model, std::unique_ptr<DecodeState> state, Tensor logits,
+               std::vector<StepperRecord> records, std::vector<TokenId> end_tokens,
+               TokenId start_token = -1, std::int32_t step_token_type = -1);
+
+  std::int32_t num_records() const override { return static_cast<std::int32_t>(records_.size()); }
+  std::int32_t vocab_size() const override { return model_.info().vocab_size; }
+  std::uint64_t record_id(std::int32_t record) const override { return records_[record].id; }
+  std::span<const TokenId> context(std::int32_t record) const override { return records_[record].context; }
+  std::span<const TokenId> forced_prefix(std::int32_t record) const override { return records_[record].prefix; }
+  std::int32_t max_steps(std::int32_t record) const override { return records_[record].max_steps; }
+  std::vector<TokenId> default_end_tokens() const override { return end_tokens_; }
+
+  void logits(Tensor& out) override { out = logits_; }
+  void advance(std::span<const TokenId> tokens) override;
+  void select(std::span<const std::int32_t> rows) override;
+
+ private:
+  const Model& model_;
+  std::unique_ptr<DecodeState> state_;
+  Tensor logits_;
+  std::vector<StepperRecord> records_;
+  std::vector<TokenId> end_tokens_;
+  std::int32_t step_token_type_;
+  std::vector<std::int32_t> types_;
+};
+
+// JSON for a decoded hypothesis list (shared by lm-generate and seq2seq).
+void add_hypotheses(Result& result, const DecodeResult& decoded, const Tokenizer* tokenizer,
+                    bool with_logprobs);
+
+}  // namespace masque

@@ -1,0 +1,122 @@
+// Task `fill`: predict every [MASK] of a record with a BERT-like model (bidirectional mask by
+// default): the top-k tokens with log-probabilities per masked position, and the filled text.
+#include "masque/error.hpp"
+#include "masque/ops.hpp"
+#include "tasks/common.hpp"
+
+namespace masque {
+
+namespace {
+
+class FillTask final : public Task {
+ public:
+  FillTask(const Pipeline& pipeline, const Plugins& plugins)
+      : params_(pipeline.task_params),
+        model_(*plugins.model),
+        tokenizer_(plugins.tokenizer.get()),
+        mask_(*plugins.mask),
+        top_k_(static_cast<std::size_t>(params_.get_int("top_k"))) {
+    std::int64_t id = params_.get_int("mask_token_id");
+    mask_token_ = id >= 0 ? static_cast<TokenId>(id) : tokenizer_ ? tokenizer_->special_tokens().mask : -1;
+    if (mask_token_ < 0)
+      throw ConfigError("fill needs a [MASK] token: a tokenizer that has one, or task.mask_token_id");
+    if (model_.info().kind == ModelKind::encoder_decoder)
+      throw ConfigError("fill needs a BERT-like (encoder-only) or decoder-only model");
+  }
+
+  void prepare(Item& item) const override {
+    tokenize_item(item, tokenizer_, &model_, true);
+    if (std::find(item.tokens.begin(), item.tokens.end(), mask_token_) == item.tokens.end())
+      throw RecordError("no [MASK] token (id " + std::to_string(mask_token_) + ") in the record");
+    check_length(item, item.tokens.size(), params_, model_);
+    item.cost = item.tokens.size();
+  }
+
+  std::vector<Result> process(std::span<Item* const> items) const override {
+    std::vector<SequenceSpec> specs(items.size());
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      specs[i].ids = items[i]->tokens;
+      specs[i].token_types = items[i]->type_ids;
+      specs[i].segments = items[i]->type_ids;
+      specs[i].record_id = items[i]->record.id;
+    }
+    BuiltBatch built = build_batch(specs, mask_, model_.info().pad, -1);
+    Batch& b = built.batch;
+    for (std::size_t i = 0; i < items.size(); ++i)
+      for (std::size_t t = 0; t < items[i]->tokens.size(); ++t)
+        if (items[i]->tokens[t] == mask_token_) b.output_rows.push_back(static_cast<std::int32_t>(i * b.length + t));
+    ForwardResult out = model_.forward(b);
+    const std::int64_t vocab = out.logits.dim(-1);
+    std::vector<Result> results;
+    std::size_t row = 0;
+    for (Item* item : items) {
+      Result r;
+      r.id = item->record.id;
+      r.object["id"] = r.id;
+      std::vector<TokenId> filled = item->tokens;
+      auto masks = nlohmann::ordered_json::array();
+      for (std::size_t t = 0; t < filled.size(); ++t) {
+        if (item->tokens[t] != mask_token_) continue;
+        std::span<const float> logits(out.logits.f32() + row++ * vocab, static_cast<std::size_t>(vocab));
+        const double lse = logsumexp(logits);
+        auto candidates = nlohmann::ordered_json::array();
+        auto top = top_k(logits, top_k_);
+        for (auto id : top) {
+          nlohmann::ordered_json c;
+          c["token"] = tokenizer_ ? tokenizer_->id_to_piece(id) : std::to_string(id);
+          c["id"] = id;
+          c["logprob"] = static_cast<double>(logits[id]) - lse;
+          candidates.push_back(std::move(c));
+        }
+        filled[t] = top.front();
+        nlohmann::ordered_json m;
+        m["position"] = t;
+        m["candidates"] = std::move(candidates);
+        masks.push_back(std::move(m));
+      }
+      r.text = detokenize(tokenizer_, filled);
+      r.object["text"] = r.text;
+      r.object["masks"] = std::move(masks);
+      r.tokens = item->tokens.size();
+      results.push_back(std::move(r));
+    }
+    return results;
+  }
+
+ private:
+  const Params& params_;
+  const Model& model_;
+  const Tokenizer* tokenizer_;
+  const MaskStrategy& mask_;
+  std::size_t top_k_;
+  TokenId mask_token_ = -1;
+};
+
+std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {
+  return std::make_unique<FillTask>(pipeline, plugins);
+}
+
+const TaskRegistration registration({
+    .spec = {.name = "fill",
+             .description = "predict every [MASK] of each record: top-k tokens with log-probabilities "
+                            "per masked position, and the text with each [MASK] replaced by its best token",
+             .params = {{.name = "top_k",
+                         .type = ParamType::integer,
+                         .default_value = "5",
+                         .help = "candidates listed per masked position",
+                         .min = 1,
+                         .max = 100000},
+                        {.name = "mask_token_id",
+                         .type = ParamType::integer,
+                         .default_value = "-1",
+                         .help = "id of the mask token (-1 = the tokenizer's [MASK])",
+                         .min = -1}},
+             .required_sections = {"model", "mask"},
+             .optional_sections = {"tokenizer"},
+             .default_plugins = {{"mask", "bidirectional"}}},
+    .create = create,
+});
+
+}  // namespace
+
+}  // namespace masque

@@ -1,0 +1,109 @@
+// Task `lm-generate`: continue each record (an empty one starts from BOS) with a decoder.
+#include "masque/error.hpp"
+#include "tasks/common.hpp"
+
+namespace masque {
+
+namespace {
+
+class LmGenerateTask final : public Task {
+ public:
+  LmGenerateTask(const Pipeline& pipeline, const Plugins& plugins)
+      : params_(pipeline.task_params),
+        model_(*plugins.model),
+        tokenizer_(plugins.tokenizer.get()),
+        mask_(*plugins.mask),
+        decoder_(*plugins.decoder),
+        token_logprobs_(params_.get_bool("token_logprobs")) {
+    if (!mask_.supports_incremental())
+      throw ConfigError("lm-generate decodes incrementally, which the mask strategy '" +
+                        pipeline.at("mask").entry->key() + "' does not allow (use causal)");
+    if (model_.info().kind == ModelKind::encoder_decoder)
+      throw ConfigError("lm-generate needs a decoder-only or encoder-only model; use the seq2seq task for encoder-decoder models");
+  }
+
+  void prepare(Item& item) const override {
+    tokenize_item(item, tokenizer_, &model_, true);
+    if (item.tokens.empty()) {
+      TokenId bos = tokenizer_ && tokenizer_->special_tokens().bos >= 0 ? tokenizer_->special_tokens().bos
+                                                                       : model_.info().bos;
+      if (bos < 0) throw RecordError("empty prompt, and neither the tokenizer nor the model has a BOS token");
+      item.tokens = {bos};
+      item.type_ids = {0};
+    }
+    check_length(item, item.tokens.size(), params_, model_);
+    item.cost = item.tokens.size();
+  }
+
+  std::vector<Result> process(std::span<Item* const> items) const override {
+    std::vector<SequenceSpec> specs(items.size());
+    std::vector<StepperRecord> records(items.size());
+    const std::int32_t max_positions = model_.info().max_positions;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      specs[i].ids = items[i]->tokens;
+      specs[i].token_types = items[i]->type_ids;
+      specs[i].record_id = items[i]->record.id;
+      records[i].id = items[i]->record.id;
+      records[i].context = items[i]->tokens;
+      if (max_positions > 0)
+        records[i].max_steps = max_positions - static_cast<std::int32_t>(items[i]->tokens.size());
+    }
+    BuiltBatch built = build_batch(specs, mask_, model_.info().pad, -1);
+    for (std::size_t i = 0; i < items.size(); ++i)
+      built.batch.output_rows.push_back(
+          static_cast<std::int32_t>(i * built.batch.length + items[i]->tokens.size() - 1));
+    Tensor logits;
+    auto state = model_.start(built.batch, &logits);
+    ModelStepper stepper(model_, std::move(state), std::move(logits), std::move(records), end_tokens());
+    std::vector<DecodeResult> decoded = decoder_.decode(stepper);
+    std::vector<Result> results;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      Result r;
+      r.id = items[i]->record.id;
+      r.object["id"] = r.id;
+      add_hypotheses(r, decoded.at(i), tokenizer_, token_logprobs_);
+      r.tokens += items[i]->tokens.size();
+      results.push_back(std::move(r));
+    }
+    return results;
+  }
+
+  std::vector<std::string> tsv_columns() const override { return {"text", "score"}; }
+
+ private:
+  std::vector<TokenId> end_tokens() const {
+    std::vector<TokenId> out;
+    if (tokenizer_ && tokenizer_->special_tokens().eos >= 0) out.push_back(tokenizer_->special_tokens().eos);
+    else if (model_.info().eos >= 0) out.push_back(model_.info().eos);
+    return out;
+  }
+
+  const Params& params_;
+  const Model& model_;
+  const Tokenizer* tokenizer_;
+  const MaskStrategy& mask_;
+  const Decoder& decoder_;
+  bool token_logprobs_;
+};
+
+std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {
+  return std::make_unique<LmGenerateTask>(pipeline, plugins);
+}
+
+const TaskRegistration registration({
+    .spec = {.name = "lm-generate",
+             .description = "continue each record with a decoder (an empty record starts from "
+                            "BOS): {id, text, tokens, score} (+ hypotheses for n-best)",
+             .params = {{.name = "token_logprobs",
+                         .type = ParamType::boolean,
+                         .default_value = "false",
+                         .help = "also output the log-probability of every generated token"}},
+             .required_sections = {"model", "mask", "decoder"},
+             .optional_sections = {"tokenizer"},
+             .default_plugins = {{"mask", "causal"}, {"decoder", "greedy"}}},
+    .create = create,
+});
+
+}  // namespace
+
+}  // namespace masque

@@ -1,0 +1,155 @@
+// Task `lm-score`: the log-likelihood of every record under a causal (or any) mask:
+// nll = -sum log p(x_t | x_<t) over tokens 2..n, in nats; ppl = exp(nll / (n - 1)).
+#include <cmath>
+#include <mutex>
+
+#include "masque/error.hpp"
+#include "masque/ops.hpp"
+#include "tasks/common.hpp"
+
+namespace masque {
+
+namespace {
+
+// Logit rows are [rows, vocab] floats: keep one forward's worth under this many bytes.
+constexpr std::size_t kLogitBudgetBytes = std::size_t{512} << 20;
+
+class LmScoreTask final : public Task {
+ public:
+  LmScoreTask(const Pipeline& pipeline, const Plugins& plugins)
+      : params_(pipeline.task_params),
+        model_(*plugins.model),
+        tokenizer_(plugins.tokenizer.get()),
+        mask_(*plugins.mask),
+        token_logprobs_(params_.get_bool("token_logprobs")) {}
+
+  void prepare(Item& item) const override {
+    tokenize_item(item, tokenizer_, &model_, true);
+    if (item.tokens.size() < 2)
+      throw RecordError("nothing to score: the record has " + std::to_string(item.tokens.size()) +
+                        " token(s); scoring needs at least 2 (the first token is only context)");
+    check_length(item, item.tokens.size(), params_, model_);
+    item.cost = item.tokens.size();
+  }
+
+  std::vector<Result> process(std::span<Item* const> batch) const override {
+    std::vector<Result> results;
+    // Split so that one forward's logits stay within the budget.
+    const std::size_t vocab = static_cast<std::size_t>(model_.info().vocab_size);
+    std::size_t begin = 0;
+    while (begin < batch.size()) {
+      std::size_t end = begin, rows = 0;
+      while (end < batch.size()) {
+        std::size_t more = batch[end]->tokens.size() - 1;
+        if (end > begin && (rows + more) * vocab * sizeof(float) > kLogitBudgetBytes) break;
+        rows += more;
+        ++end;
+      }
+      score(batch.subspan(begin, end - begin), results);
+      begin = end;
+    }
+    return results;
+  }
+
+  nlohmann::ordered_json summary() const override {
+    std::lock_guard lock(mutex_);
+    nlohmann::ordered_json j;
+    j["records"] = records_;
+    j["scored_tokens"] = scored_;
+    j["nll"] = total_nll_;
+    j["mean_nll"] = scored_ ? total_nll_ / static_cast<double>(scored_) : 0.0;
+    j["perplexity"] = scored_ ? std::exp(total_nll_ / static_cast<double>(scored_)) : 0.0;
+    return j;
+  }
+
+  std::string summary_text() const override {
+    auto j = summary();
+    char line[256];
+    std::snprintf(line, sizeof line, "masque: lm-score: %llu records, %llu scored tokens, mean nll %.6f nats, corpus perplexity %.6f\n",
+                  static_cast<unsigned long long>(j["records"].get<std::uint64_t>()),
+                  static_cast<unsigned long long>(j["scored_tokens"].get<std::uint64_t>()),
+                  j["mean_nll"].get<double>(), j["perplexity"].get<double>());
+    return line;
+  }
+
+  std::vector<std::string> tsv_columns() const override { return {"tokens", "nll", "ppl"}; }
+
+ private:
+  void score(std::span<Item* const> items, std::vector<Result>& results) const {
+    std::vector<SequenceSpec> specs(items.size());
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      specs[i].ids = items[i]->tokens;
+      specs[i].token_types = items[i]->type_ids;
+      specs[i].record_id = items[i]->record.id;
+    }
+    BuiltBatch built = build_batch(specs, mask_, model_.info().pad, -1);
+    Batch& b = built.batch;
+    for (std::size_t i = 0; i < items.size(); ++i)
+      for (std::size_t t = 0; t + 1 < items[i]->tokens.size(); ++t)
+        b.output_rows.push_back(static_cast<std::int32_t>(i * b.length + t));
+    ForwardResult out = model_.forward(b);
+    const std::int64_t vocab = out.logits.dim(-1);
+    std::size_t row = 0;
+    for (Item* item : items) {
+      const auto& ids = item->tokens;
+      std::vector<double> lps(ids.size() - 1);
+      double nll = 0;
+      for (std::size_t t = 0; t + 1 < ids.size(); ++t, ++row) {
+        std::span<const float> logits(out.logits.f32() + row * vocab, static_cast<std::size_t>(vocab));
+        lps[t] = log_prob(logits, ids[t + 1]);
+        nll -= lps[t];
+      }
+      const double scored = static_cast<double>(ids.size() - 1);
+      Result r;
+      r.id = item->record.id;
+      r.object["id"] = item->record.id;
+      r.object["tokens"] = ids.size();
+      r.object["nll"] = nll;
+      r.object["ppl"] = std::exp(nll / scored);
+      if (token_logprobs_) {
+        r.object["ids"] = ids;
+        r.object["token_logprobs"] = lps;
+      }
+      char text[64];
+      std::snprintf(text, sizeof text, "%.6f", std::exp(nll / scored));
+      r.text = text;
+      r.tokens = ids.size();
+      results.push_back(std::move(r));
+      std::lock_guard lock(mutex_);
+      ++records_;
+      scored_ += ids.size() - 1;
+      total_nll_ += nll;
+    }
+  }
+
+  const Params& params_;
+  const Model& model_;
+  const Tokenizer* tokenizer_;
+  const MaskStrategy& mask_;
+  bool token_logprobs_;
+  mutable std::mutex mutex_;
+  mutable std::uint64_t records_ = 0, scored_ = 0;
+  mutable double total_nll_ = 0;
+};
+
+std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {
+  return std::make_unique<LmScoreTask>(pipeline, plugins);
+}
+
+const TaskRegistration registration({
+    .spec = {.name = "lm-score",
+             .description = "score each record with a language model: {id, tokens, nll, ppl} "
+                            "(nll in nats over tokens 2..n; ppl = exp(nll / (n - 1)))",
+             .params = {{.name = "token_logprobs",
+                         .type = ParamType::boolean,
+                         .default_value = "false",
+                         .help = "also output the ids and the log-probability of every scored token"}},
+             .required_sections = {"model", "mask"},
+             .optional_sections = {"tokenizer"},
+             .default_plugins = {{"mask", "causal"}}},
+    .create = create,
+});
+
+}  // namespace
+
+}  // namespace masque

@@ -1,0 +1,42 @@
+// Permutation-LM helpers shared by plm-score and plm-generate.
+//
+// A record's tokens split into `slots` (the positions that take part in the factorization
+// order: the text tokens for plm-score, the [MASK] positions for plm-generate) and context
+// (e.g. [CLS]/[SEP], or the template's given words), which every token may see.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "masque/mask.hpp"
+#include "masque/model.hpp"
+#include "tasks/common.hpp"
+
+namespace masque {
+
+enum class PlmMethod {
+  query_stream,  // one forward: a query token per slot sees the slots before it in the order
+  incremental,   // the same, step by step with the KV cache
+  visible_mask,  // plain BERT: slots not yet revealed are visible [MASK] tokens
+};
+
+PlmMethod parse_plm_method(const std::string& name);
+
+// Tokens that frame a text ([CLS], [SEP], BOS, EOS, padding): context, not part of the order.
+bool is_context_token(const Tokenizer* tokenizer, TokenId id);
+
+// The factorization order over `slots` slots (indexes 0..slots-1, first to last), from the
+// pipeline's mask strategy, which must be a permutation strategy: an explicit per-record order
+// wins over the strategy's setting.
+std::vector<std::int32_t> resolve_order(const MaskStrategy& mask, std::int32_t slots,
+                                        const std::vector<std::int32_t>& explicit_order,
+                                        std::uint64_t record_id);
+
+// The query-stream mask over `length` content tokens: context tokens rank -1 (seen by all),
+// slot order[t] ranks t, and query t (predicting slot order[t], appended after the content)
+// sees the context and the slots of steps < t. query_positions are absolute positions.
+SequenceMask query_stream_mask(std::size_t length, const std::vector<std::int32_t>& slots,
+                               const std::vector<std::int32_t>& order);
+
+}  // namespace masque
