@@ -104,6 +104,7 @@ std::uint64_t json_u64(const nlohmann::json& v, const fs::path& file, const std:
 
 struct SafeTensors::Impl {
   fs::path path;
+  fs::path listing;  // the file that lists the tensors (the index, or the one file): errors name it
   std::map<std::string, SafeTensorEntry, std::less<>> entries;
   std::map<std::string, std::string> metadata;
   std::map<fs::path, std::shared_ptr<const Mapping>> mappings;
@@ -250,18 +251,20 @@ void SafeTensors::Impl::add_index(const fs::path& index) {
 const SafeTensorEntry& SafeTensors::Impl::entry(std::string_view name) const {
   auto it = entries.find(name);
   if (it == entries.end())
-    throw ConfigError(path.string() + ": no tensor '" + std::string(name) + "'");
+    throw ConfigError(listing.string() + ": no tensor '" + std::string(name) + "'");
   return it->second;
 }
 
 SafeTensors SafeTensors::open(const fs::path& path) {
   auto impl = std::make_shared<Impl>();
-  impl->path = path;
+  impl->path = impl->listing = path;
   if (fs::is_directory(path)) {
     if (fs::is_regular_file(path / "model.safetensors.index.json")) {
-      impl->add_index(path / "model.safetensors.index.json");
+      impl->listing = path / "model.safetensors.index.json";
+      impl->add_index(impl->listing);
     } else if (fs::is_regular_file(path / "model.safetensors")) {
-      impl->add_file(path / "model.safetensors", true);
+      impl->listing = path / "model.safetensors";
+      impl->add_file(impl->listing, true);
     } else {
       fail(path, "no model.safetensors or model.safetensors.index.json in this folder");
     }
