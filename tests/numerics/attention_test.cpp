@@ -195,33 +195,40 @@ TEST_CASE("cross-attention masks the source padding only", "[numerics][attention
 
 TEST_CASE("attention probabilities of one head can be returned", "[numerics][attention]") {
   const AttentionLayout layout = layout_of(5, {causal(5), causal(3)});
-  const AttentionDims dims{2, 1, 4, 0.5f};
-  Tensor q = random_tensor({10, 8}, 11), k = random_tensor({10, 4}, 12),
-         v = random_tensor({10, 4}, 13);
-  Tensor out = Tensor::zeros({10, 8});
-  std::vector<float> probs(2 * 5 * 5, -1.0f);
-  AttentionProbs want_probs{1, probs.data()};
-  attention(dims, MaskView::self(layout), seq_view(q, 5), seq_view(k, 5), seq_view(v, 5),
-            mutable_seq_view(out, 5), &want_probs);
-  const MaskView mask = MaskView::self(layout);
-  for (int b = 0; b < 2; ++b)
-    for (int i = 0; i < 5; ++i) {
-      double sum = 0;
-      bool any = false;
-      for (int j = 0; j < 5; ++j) {
-        const float p = probs[(b * 5 + i) * 5 + j];
-        if (!mask.allowed(b, i, j)) CHECK(p == 0.0f);
-        any = any || mask.allowed(b, i, j);
-        sum += p;
+  for (const AttentionDims& dims :
+       {AttentionDims{2, 1, 4, 0.5f}, AttentionDims{8, 8, 4, 0.5f}, AttentionDims{4, 4, 8, 0.3f}}) {
+    const std::int32_t qw = dims.heads * dims.head_dim, kw = dims.kv_heads * dims.head_dim;
+    const std::int32_t head = dims.heads - 1, d = dims.head_dim;
+    const std::int32_t g = head / (dims.heads / dims.kv_heads);
+    Tensor q = random_tensor({10, qw}, 11), k = random_tensor({10, kw}, 12),
+           v = random_tensor({10, kw}, 13);
+    Tensor out = Tensor::zeros({10, qw});
+    std::vector<float> probs(2 * 5 * 5, -1.0f);
+    AttentionProbs want_probs{head, probs.data()};
+    attention(dims, MaskView::self(layout), seq_view(q, 5), seq_view(k, 5), seq_view(v, 5),
+              mutable_seq_view(out, 5), &want_probs);
+    const MaskView mask = MaskView::self(layout);
+    for (int b = 0; b < 2; ++b)
+      for (int i = 0; i < 5; ++i) {
+        INFO("heads " << dims.heads << "/" << dims.kv_heads << ", row " << b << ", query " << i);
+        double sum = 0;
+        bool any = false;
+        for (int j = 0; j < 5; ++j) {
+          const float p = probs[(b * 5 + i) * 5 + j];
+          if (!mask.allowed(b, i, j)) CHECK(p == 0.0f);
+          any = any || mask.allowed(b, i, j);
+          sum += p;
+        }
+        CHECK(std::abs(sum - (any ? 1.0 : 0.0)) < 1e-6);
+        // The head's output is its probabilities times V.
+        for (int c = 0; c < d; ++c) {
+          double o = 0;
+          for (int j = 0; j < 5; ++j)
+            o += probs[(b * 5 + i) * 5 + j] * v.f32()[(b * 5 + j) * kw + g * d + c];
+          CHECK(std::abs(out.f32()[(b * 5 + i) * qw + head * d + c] - o) < 1e-5);
+        }
       }
-      CHECK(std::abs(sum - (any ? 1.0 : 0.0)) < 1e-6);
-      // Head 1's output is its probabilities times V.
-      for (int c = 0; c < 4; ++c) {
-        double o = 0;
-        for (int j = 0; j < 5; ++j) o += probs[(b * 5 + i) * 5 + j] * v.f32()[(b * 5 + j) * 4 + c];
-        CHECK(std::abs(out.f32()[(b * 5 + i) * 8 + 4 + c] - o) < 1e-5);
-      }
-    }
+  }
 }
 
 TEST_CASE("attention gives the same result with two intra-op threads",

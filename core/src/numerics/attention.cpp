@@ -158,24 +158,27 @@ void mask_row(const Problem& p, const Tile& t, std::int32_t i, std::int32_t j0, 
                 m.query_rank[t.b * m.query_stride + i], i + m.self_offset - j0);
 }
 
-// Softmax of one masked row in place; a row with no allowed key becomes zeros.
-MASQUE_VECTORIZE void softmax_row(float* s, std::int32_t n) {
-  float mx = kNegInf;
-#pragma omp simd reduction(max : mx)
-  for (std::int32_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
+// The unnormalised softmax of one masked row in place: exp(s - max). Returns 1 / sum, or 0 for
+// a row with no allowed key (whose entries become 0). Normalising the d outputs afterwards is
+// cheaper than normalising the n weights.
+MASQUE_VECTORIZE float softmax_exp_row(float* s, std::int32_t n) {
+  const float mx = numerics::max_of(s, n);
   if (mx == kNegInf) {
     for (std::int32_t j = 0; j < n; ++j) s[j] = 0.0f;
-    return;
+    return 0.0f;
   }
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (std::int32_t j = 0; j < n; ++j) {
-    const float e = s[j] == kNegInf ? 0.0f : fast_exp(s[j] - mx);
+    const float e = fast_exp(s[j] - mx);  // 0 for masked (-inf) entries
     s[j] = e;
     sum += e;
   }
-  const float inv = 1.0f / sum;
-  for (std::int32_t j = 0; j < n; ++j) s[j] *= inv;
+  return 1.0f / sum;
+}
+
+MASQUE_VECTORIZE void scale_row(float* x, float alpha, std::int32_t n) {
+  for (std::int32_t j = 0; j < n; ++j) x[j] *= alpha;
 }
 
 MASQUE_VECTORIZE void scores_loop(const float* __restrict q, const float* __restrict k,
@@ -209,14 +212,38 @@ void sgemm(char ta, char tb, std::int64_t m, std::int64_t n, std::int64_t k, flo
 }
 
 void write_probs(const Problem& p, const Tile& t, std::int32_t j0, std::int32_t n,
-                 const float* scores) {
+                 const float* weights, const float* inv_sum) {
   const AttentionProbs* probs = p.probs;
   for (std::int32_t r = 0; r < t.rows; ++r) {
     if (p.head_of(t, r) != probs->head) continue;
     float* row = probs->data + (std::int64_t{t.b} * p.mask.q_len + p.query_of(t, r)) * p.mask.k_len;
     std::fill(row, row + p.mask.k_len, 0.0f);
-    if (n > 0) std::memcpy(row + j0, scores + std::int64_t{r} * n, sizeof(float) * n);
+    for (std::int32_t j = 0; j < n; ++j)
+      row[j0 + j] = weights[std::int64_t{r} * n + j] * inv_sum[r];
   }
+}
+
+// Whether every query of the tile sees every key of [j0, j1): the common unmasked case
+// (bidirectional, cross-attention without padding in the span) skips the per-entry rule.
+bool all_visible(const Problem& p, const Tile& t, std::int32_t j0, std::int32_t j1) {
+  const MaskView& m = p.mask;
+  if (m.dense) return false;
+  const TokenRole* role = m.key_role + t.b * m.key_stride;
+  if (!m.query_role) {
+    for (std::int32_t j = j0; j < j1; ++j)
+      if (role[j] == TokenRole::pad) return false;
+    return true;
+  }
+  std::int32_t min_rank = std::numeric_limits<std::int32_t>::max();
+  for (std::int32_t r = 0; r < t.rows; ++r) {
+    const std::int32_t i = p.query_of(t, r);
+    if (query_is_pad(m, t.b, i)) return false;
+    min_rank = std::min(min_rank, m.query_rank[t.b * m.query_stride + i]);
+  }
+  const std::int32_t* rank = m.key_rank + t.b * m.key_stride;
+  for (std::int32_t j = j0; j < j1; ++j)
+    if (role[j] != TokenRole::content || rank[j] > min_rank) return false;
+  return true;
 }
 
 void run_tile(const Problem& p, const Tile& t, std::vector<float>& work) {
@@ -225,11 +252,12 @@ void run_tile(const Problem& p, const Tile& t, std::vector<float>& work) {
   const std::int32_t n = j1 - j0;
   if (n == 0) {  // nothing visible: zeros
     for (std::int32_t r = 0; r < t.rows; ++r) std::fill(p.out_row(t, r), p.out_row(t, r) + d, 0.0f);
-    if (p.probs && p.probs->data) write_probs(p, t, 0, 0, nullptr);
+    if (p.probs && p.probs->data) write_probs(p, t, 0, 0, nullptr, nullptr);
     return;
   }
-  work.resize(static_cast<std::size_t>(t.rows) * n);
+  work.resize(static_cast<std::size_t>(t.rows) * (n + 1));
   float* s = work.data();
+  float* inv_sum = s + std::int64_t{t.rows} * n;
   const float* k = p.k_base(t) + std::int64_t{j0} * p.k.token_stride;
   const float* v = p.v_base(t) + std::int64_t{j0} * p.v.token_stride;
   const bool gemm = std::int64_t{t.rows} * n * d >= kGemmMinWork;
@@ -241,18 +269,20 @@ void run_tile(const Problem& p, const Tile& t, std::vector<float>& work) {
     for (std::int32_t r = 0; r < t.rows; ++r)
       scores_loop(p.q_row(t, r), k, p.k.token_stride, n, d, p.dims.scale, s + std::int64_t{r} * n);
   }
+  const bool masked = !all_visible(p, t, j0, j1);
   for (std::int32_t r = 0; r < t.rows; ++r) {
     float* row = s + std::int64_t{r} * n;
-    mask_row(p, t, p.query_of(t, r), j0, n, row);
-    softmax_row(row, n);
+    if (masked) mask_row(p, t, p.query_of(t, r), j0, n, row);
+    inv_sum[r] = softmax_exp_row(row, n);
   }
-  if (p.probs && p.probs->data) write_probs(p, t, j0, n, s);
+  if (p.probs && p.probs->data) write_probs(p, t, j0, n, s, inv_sum);
   if (gemm) {
     sgemm('N', 'N', t.rows, d, n, 1.0f, s, n, v, p.v.token_stride, p.out_row(t, 0), p.out_ld(t));
   } else {
     for (std::int32_t r = 0; r < t.rows; ++r)
       weighted_sum_loop(s + std::int64_t{r} * n, v, p.v.token_stride, n, d, p.out_row(t, r));
   }
+  for (std::int32_t r = 0; r < t.rows; ++r) scale_row(p.out_row(t, r), inv_sum[r], d);
 }
 
 std::vector<Tile> make_tiles(const Problem& p) {
@@ -291,6 +321,200 @@ void validate(const AttentionDims& dims, const MaskView& m, SeqView q, SeqView k
   if ((m.q_len > 1 && (q.token_stride < qw || out.token_stride < qw)) ||
       (m.k_len > 1 && (k.token_stride < kw || v.token_stride < kw)))
     throw RuntimeError("attention: token strides are narrower than the heads");
+}
+
+// ---- tiny heads ---------------------------------------------------------------------------
+//
+// Heads of a few features (an encoder-decoder with 8 heads of 4) make the tiles above mostly
+// bookkeeping: the key span and the mask are evaluated once per head, and every dot product is
+// shorter than one vector. For multi-head attention with such heads, one query token is done
+// for all heads at once instead: the rule is evaluated once per key, and each key costs a few
+// vector operations on the H*d features, 16 lanes at a time. A head's score is broadcast over
+// its d lanes (a butterfly of lane swaps), so the softmax and the weighted sum run on whole
+// feature vectors too. The lane loops use explicit vectors: GCC's unroll-and-jam otherwise
+// turns the short inner loops into scalar code.
+
+constexpr std::int32_t kLanes = 16;
+
+bool small_heads(const AttentionDims& dims) {
+  const std::int32_t d = dims.head_dim;
+  return dims.heads == dims.kv_heads && (d == 1 || d == 2 || d == 4 || d == 8) &&
+         dims.heads * d % kLanes == 0;
+}
+
+// Vectors of 16 floats (GCC/Clang vector extensions), only passed to always-inlined helpers:
+// the ABI of passing them to a real function does not matter. (GCC reports it at the end of the
+// file, so the warning cannot be silenced for this section alone.)
+#pragma GCC diagnostic ignored "-Wpsabi"
+using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
+using LaneIndex = std::int32_t __attribute__((vector_size(kLanes * sizeof(std::int32_t))));
+
+#if defined(__clang__)
+#define MASQUE_SWAP_LANES(x, ...) __builtin_shufflevector(x, x, __VA_ARGS__)
+#else
+#define MASQUE_SWAP_LANES(x, ...) __builtin_shuffle(x, LaneIndex{__VA_ARGS__})
+#endif
+
+[[gnu::always_inline]] inline Lanes load_lanes(const float* p) {
+  Lanes x;
+  std::memcpy(&x, p, sizeof x);
+  return x;
+}
+[[gnu::always_inline]] inline void store_lanes(float* p, Lanes x) {
+  std::memcpy(p, &x, sizeof x);
+}
+[[gnu::always_inline]] inline Lanes max_lanes(Lanes a, Lanes b) {
+#if defined(__clang__)
+  return __builtin_elementwise_max(a, b);
+#else
+  return a > b ? a : b;
+#endif
+}
+
+// Every lane gets the sum of its group of d consecutive lanes (d = 1, 2, 4 or 8; a constant
+// once inlined).
+[[gnu::always_inline]] inline Lanes group_sum(Lanes x, std::int32_t d) {
+  if (d >= 2) x += MASQUE_SWAP_LANES(x, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+  if (d >= 4) x += MASQUE_SWAP_LANES(x, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+  if (d >= 8) x += MASQUE_SWAP_LANES(x, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+  return x;
+}
+#undef MASQUE_SWAP_LANES
+
+// Fills keys[0..n) with the keys query i of row b may see (mask.hpp) and returns n.
+std::int32_t visible_keys(const MaskView& m, std::int32_t b, std::int32_t i, std::int32_t* keys) {
+  const TokenRole* role = m.key_role + b * m.key_stride;
+  std::int32_t n = 0;
+  if (!m.query_role) {
+    for (std::int32_t j = 0; j < m.k_len; ++j)
+      if (role[j] != TokenRole::pad) keys[n++] = j;
+    return n;
+  }
+  if (query_is_pad(m, b, i)) return 0;
+  if (m.dense) {
+    const std::uint8_t* d = m.dense + (std::int64_t{b} * m.q_len + i) * m.k_len;
+    for (std::int32_t j = 0; j < m.k_len; ++j)
+      if (d[j] && role[j] != TokenRole::pad) keys[n++] = j;
+    return n;
+  }
+  const std::int32_t* rank = m.key_rank + b * m.key_stride;
+  const std::int32_t query_rank = m.query_rank[b * m.query_stride + i];
+  const std::int32_t self = i + m.self_offset;
+  for (std::int32_t j = 0; j < m.k_len; ++j)
+    if (role[j] != TokenRole::pad &&
+        ((role[j] == TokenRole::content && rank[j] <= query_rank) || j == self))
+      keys[n++] = j;
+  return n;
+}
+
+// s[jj * f + c] = scale * (q . k) over the head of feature c, for the n visible keys;
+// mx[c] = the largest score of c's head.
+template <std::int32_t D>
+[[gnu::always_inline]] inline void lane_scores(const float* q, const float* k, std::int64_t ldk,
+                                               const std::int32_t* keys, std::int32_t n,
+                                               std::int32_t f, float scale, float* s, float* mx) {
+  for (std::int32_t c = 0; c < f; c += kLanes) {
+    const Lanes qc = load_lanes(q + c);
+    Lanes top = Lanes{} + kNegInf;
+    for (std::int32_t jj = 0; jj < n; ++jj) {
+      const Lanes sc = group_sum(qc * load_lanes(k + keys[jj] * ldk + c), D) * scale;
+      store_lanes(s + std::int64_t{jj} * f + c, sc);
+      top = max_lanes(top, sc);
+    }
+    store_lanes(mx + c, top);
+  }
+}
+
+MASQUE_VECTORIZE void lane_scores(std::int32_t d, const float* q, const float* k, std::int64_t ldk,
+                                  const std::int32_t* keys, std::int32_t n, std::int32_t f,
+                                  float scale, float* s, float* mx) {
+  switch (d) {
+    case 1:
+      return lane_scores<1>(q, k, ldk, keys, n, f, scale, s, mx);
+    case 2:
+      return lane_scores<2>(q, k, ldk, keys, n, f, scale, s, mx);
+    case 4:
+      return lane_scores<4>(q, k, ldk, keys, n, f, scale, s, mx);
+    default:
+      return lane_scores<8>(q, k, ldk, keys, n, f, scale, s, mx);
+  }
+}
+
+// s[jj * f + c] = exp(s[jj * f + c] - mx[c]): the unnormalised weights.
+MASQUE_VECTORIZE void lane_exp(float* __restrict s, const float* __restrict mx, std::int32_t n,
+                               std::int32_t f) {
+  for (std::int32_t jj = 0; jj < n; ++jj) {
+    float* __restrict e = s + std::int64_t{jj} * f;
+#pragma omp simd
+    for (std::int32_t c = 0; c < f; ++c) e[c] = fast_exp(e[c] - mx[c]);
+  }
+}
+
+// o = sum_j e_j v_j / sum_j e_j per lane; sum receives the per-lane totals.
+MASQUE_VECTORIZE void lane_values(const float* e, const float* v, std::int64_t ldv,
+                                  const std::int32_t* keys, std::int32_t n, std::int32_t f,
+                                  float* sum, float* o) {
+  for (std::int32_t c = 0; c < f; c += kLanes) {
+    Lanes total{}, acc{};
+    for (std::int32_t jj = 0; jj < n; ++jj) {
+      const Lanes ej = load_lanes(e + std::int64_t{jj} * f + c);
+      total += ej;
+      acc += ej * load_lanes(v + keys[jj] * ldv + c);
+    }
+    store_lanes(sum + c, total);
+    store_lanes(o + c, acc / total);
+  }
+}
+
+// Query i of row b; the scratch lives in the calling thread (no allocation once warm).
+void run_small_heads(const Problem& p, std::int32_t b, std::int32_t i) {
+  thread_local std::vector<float> scratch;
+  thread_local std::vector<std::int32_t> keys;
+  const MaskView& m = p.mask;
+  const std::int32_t f = p.dims.heads * p.dims.head_dim;
+  keys.resize(std::max<std::size_t>(keys.size(), m.k_len));
+  const std::int32_t n = visible_keys(m, b, i, keys.data());
+  float* o = p.out.data + b * p.out.batch_stride + std::int64_t{i} * p.out.token_stride;
+  float* probs = p.probs && p.probs->data
+                     ? p.probs->data + (std::int64_t{b} * m.q_len + i) * m.k_len
+                     : nullptr;
+  if (probs) std::fill(probs, probs + m.k_len, 0.0f);
+  if (n == 0) {  // nothing visible: zeros
+    std::fill(o, o + f, 0.0f);
+    return;
+  }
+  // Scores, then the lane maxima and totals; 64-byte aligned for the vector loops.
+  scratch.resize(std::max<std::size_t>(scratch.size(), (std::size_t{2} + n) * f + kLanes));
+  const auto misaligned = reinterpret_cast<std::uintptr_t>(scratch.data()) / sizeof(float) % kLanes;
+  float* s = scratch.data() + (kLanes - misaligned) % kLanes;
+  float* mx = s + std::int64_t{n} * f;
+  float* sum = mx + f;
+  const float* q = p.q.data + b * p.q.batch_stride + std::int64_t{i} * p.q.token_stride;
+  const float* k = p.k.data + b * p.k.batch_stride;
+  const float* v = p.v.data + b * p.v.batch_stride;
+  lane_scores(p.dims.head_dim, q, k, p.k.token_stride, keys.data(), n, f, p.dims.scale, s, mx);
+  lane_exp(s, mx, n, f);
+  lane_values(s, v, p.v.token_stride, keys.data(), n, f, sum, o);
+  if (probs) {
+    const std::int32_t lane = p.probs->head * p.dims.head_dim;
+    for (std::int32_t jj = 0; jj < n; ++jj)
+      probs[keys[jj]] = s[std::int64_t{jj} * f + lane] / sum[lane];
+  }
+}
+
+void attention_small_heads(const Problem& p) {
+  const MaskView& m = p.mask;
+  const std::int64_t count = std::int64_t{m.batch} * m.q_len;
+  const int threads = std::min<std::int64_t>(thread_count(), count);
+  if (threads <= 1) {
+    for (std::int32_t b = 0; b < m.batch; ++b)
+      for (std::int32_t i = 0; i < m.q_len; ++i) run_small_heads(p, b, i);
+    return;
+  }
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (std::int64_t t = 0; t < count; ++t)
+    run_small_heads(p, static_cast<std::int32_t>(t / m.q_len),
+                    static_cast<std::int32_t>(t % m.q_len));
 }
 
 }  // namespace
@@ -345,6 +569,7 @@ void attention(const AttentionDims& dims, const MaskView& mask, SeqView q, SeqVi
   validate(dims, mask, q, k, v, out);
   if (mask.batch == 0 || mask.q_len == 0) return;
   const Problem problem{dims, mask, q, k, v, out, probs, dims.heads / dims.kv_heads};
+  if (small_heads(dims)) return attention_small_heads(problem);
   const std::vector<Tile> tiles = make_tiles(problem);
   const int threads = std::min<int>(thread_count(), static_cast<int>(tiles.size()));
   if (threads <= 1) {

@@ -23,8 +23,10 @@ namespace masque::numerics {
 // e^x for x <= 88 (0 below -87.3, so -inf gives 0); relative error ~2 ulp. Cody-Waite range
 // reduction and a degree-6 polynomial.
 inline float fast_exp(float x) {
+  // Selects rather than std::clamp (which returns a reference): they keep loops branch-free.
   const bool underflow = x < -87.3f;
-  x = std::clamp(x, -87.3f, 88.0f);
+  x = x < -87.3f ? -87.3f : x;
+  x = x > 88.0f ? 88.0f : x;
   const float n = std::floor(x * 1.44269504088896341f + 0.5f);
   float r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
@@ -43,7 +45,8 @@ inline float fast_exp(float x) {
 // erf(x) as a rational approximation on [-4, 4] (erf is +-1 to float precision outside);
 // absolute error ~1e-7.
 inline float fast_erf(float x) {
-  x = std::clamp(x, -4.0f, 4.0f);
+  x = x < -4.0f ? -4.0f : x;
+  x = x > 4.0f ? 4.0f : x;
   const float x2 = x * x;
   float p = -2.72614225801306e-10f;
   p = p * x2 + 2.77068142495902e-08f;
@@ -63,7 +66,8 @@ inline float fast_erf(float x) {
 
 // tanh(x) = 1 - 2 / (e^(2x) + 1); absolute error ~1e-7.
 inline float fast_tanh(float x) {
-  x = std::clamp(x, -9.0f, 9.0f);
+  x = x < -9.0f ? -9.0f : x;
+  x = x > 9.0f ? 9.0f : x;
   return 1.0f - 2.0f / (fast_exp(2.0f * x) + 1.0f);
 }
 
@@ -76,6 +80,21 @@ inline float gelu_tanh_scalar(float x) {
 }
 inline float silu_scalar(float x) {
   return x / (1.0f + fast_exp(-x));
+}
+
+// The largest of x[0..n) (-inf for n = 0). GCC does not vectorise a max reduction without
+// -ffinite-math-only, so the lanes are spelled out; the fixed-width inner loop vectorises.
+inline float max_of(const float* x, std::int64_t n) {
+  constexpr int kLanes = 16;
+  float lanes[kLanes];
+  for (int l = 0; l < kLanes; ++l) lanes[l] = -__builtin_inff();
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) lanes[l] = x[i + l] > lanes[l] ? x[i + l] : lanes[l];
+  for (; i < n; ++i) lanes[0] = x[i] > lanes[0] ? x[i] : lanes[0];
+  float m = lanes[0];
+  for (int l = 1; l < kLanes; ++l) m = lanes[l] > m ? lanes[l] : m;
+  return m;
 }
 
 }  // namespace masque::numerics

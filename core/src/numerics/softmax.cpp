@@ -13,11 +13,8 @@ using namespace numerics;
 
 namespace {
 
-MASQUE_VECTORIZE float max_of(const float* x, std::int64_t n) {
-  float m = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : m)
-  for (std::int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
-  return m;
+MASQUE_VECTORIZE float row_max(const float* x, std::int64_t n) {
+  return numerics::max_of(x, n);
 }
 
 // Sum of exp(x - shift), in double: float exponentials (relative error ~1e-7 each) summed
@@ -49,7 +46,7 @@ void softmax(Tensor& x) {
   const std::int64_t rows = numerics::rows(x, n);
   float* p = x.f32();
   for (std::int64_t r = 0; r < rows; ++r, p += n) {
-    const float m = max_of(p, n);
+    const float m = row_max(p, n);
     if (empty_row(m)) {
       std::fill(p, p + n, 0.0f);
       continue;
@@ -64,7 +61,7 @@ void log_softmax(Tensor& x) {
   const std::int64_t rows = numerics::rows(x, n);
   float* p = x.f32();
   for (std::int64_t r = 0; r < rows; ++r, p += n) {
-    const float m = max_of(p, n);
+    const float m = row_max(p, n);
     if (empty_row(m)) continue;  // stays -inf
     shift_row(p, static_cast<float>(m + std::log(sum_exp(p, m, n))), n);
   }
@@ -73,7 +70,7 @@ void log_softmax(Tensor& x) {
 double logsumexp(std::span<const float> logits) {
   if (logits.empty()) return -std::numeric_limits<double>::infinity();
   const auto n = static_cast<std::int64_t>(logits.size());
-  const float m = max_of(logits.data(), n);
+  const float m = row_max(logits.data(), n);
   if (empty_row(m) || std::isinf(m)) return m;
   return static_cast<double>(m) + std::log(sum_exp(logits.data(), m, n));
 }
