@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -243,4 +245,62 @@ TEST_CASE("bert rejects inputs outside its tables with RecordError", "[bert]") {
   full.attention = one_row_layout(build_mask(*causal, 10), 10);
   full.output_rows = {9};
   CHECK(diff(logits, model->forward(full).logits) <= kTolerance);
+}
+
+// forward(), start() and step() are const: several threads share one model.
+TEST_CASE("bert serves concurrent forwards and decode states from one model", "[bert]") {
+  auto model = load_model(model_dir(kModel));
+  auto causal = load_mask("causal");
+  const masque::Batch bidirectional = sample_batch();
+  masque::Batch left_to_right = sample_batch();
+  left_to_right.attention = one_row_layout(build_mask(*causal, 10), 10);
+  const auto expected_a = model->forward(bidirectional);
+  const auto expected_b = model->forward(left_to_right);
+
+  masque::Batch prompt = left_to_right;
+  prompt.length = 5;
+  prompt.ids.resize(5);
+  prompt.positions.resize(5);
+  prompt.token_types.resize(5);
+  prompt.attention = one_row_layout(build_mask(*causal, 5), 5);
+
+  // Catch2 assertions are not thread-safe: the threads only record their largest difference.
+  auto apart = [](const masque::Tensor& x, const masque::Tensor& y) {
+    if (x.shape() != y.shape()) return std::numeric_limits<double>::infinity();
+    return max_abs_diff(x.f32(), y.f32(), x.numel());
+  };
+  constexpr int kRounds = 20;
+  std::vector<double> worst(3, 0.0);  // per thread
+  auto forwards = [&](const masque::Batch& batch, const masque::ForwardResult& expected,
+                      double& out) {
+    for (int i = 0; i < kRounds; ++i) {
+      const auto r = model->forward(batch);
+      out = std::max({out, apart(r.logits, expected.logits), apart(r.hidden, expected.hidden)});
+    }
+  };
+  auto decode = [&](double& out) {
+    for (int i = 0; i < kRounds / 4; ++i) {
+      auto state = model->start(prompt, nullptr);
+      masque::Tensor logits;
+      for (std::int32_t t = 5; t < 10; ++t) {
+        const std::vector<std::int32_t> token{left_to_right.ids[t]},
+            type{left_to_right.token_types[t]};
+        model->step(*state, step_input(token, {}, type), logits);
+        const std::int64_t vocab = expected_b.logits.dim(1);
+        out = logits.numel() != vocab
+                  ? std::numeric_limits<double>::infinity()
+                  : std::max(out, max_abs_diff(logits.f32(), expected_b.logits.f32() + t * vocab,
+                                               vocab));
+      }
+    }
+  };
+  std::thread a([&] { forwards(bidirectional, expected_a, worst[0]); });
+  std::thread b([&] { forwards(left_to_right, expected_b, worst[1]); });
+  std::thread c([&] { decode(worst[2]); });
+  a.join();
+  b.join();
+  c.join();
+  CHECK(worst[0] == 0.0);  // the same computation, whichever workspace it got
+  CHECK(worst[1] == 0.0);
+  CHECK(worst[2] <= kTolerance);
 }
