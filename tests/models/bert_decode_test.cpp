@@ -200,6 +200,11 @@ TEST_CASE(
   model->step(*state, step_input(last, {}, last_type), logits);
   CHECK(logits.dim(0) == 1);
   CHECK(row_diff(logits, 0, full_a[9]) <= kTolerance);
+
+  // With every row dropped a step is empty, not an error.
+  state->select({});
+  model->step(*state, step_input({}), logits);
+  CHECK(logits.shape() == masque::Shape{0, model->info().vocab_size});
 }
 
 TEST_CASE("bert UniLM seq2seq: cached target steps with token type 1 equal the full forward",
