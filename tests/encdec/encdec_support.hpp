@@ -1,0 +1,89 @@
+// Shared helpers of the encoder-decoder tests: loading the plugin, the aren-transliteration
+// vocabularies and examples, source batches, plain greedy decoding, and writing modified copies
+// of the checkpoint for the error and configuration tests.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <boost/dll/shared_library.hpp>
+#include <nlohmann/json.hpp>
+
+#include "masque/model.hpp"
+#include "masque/tensor.hpp"
+
+namespace masque::test::encdec {
+
+std::filesystem::path model_dir();  // ../shared/models/aren-transliteration
+
+// The model plugin and its library (declared first: destroyed last).
+struct LoadedModel {
+  boost::dll::shared_library library;
+  std::unique_ptr<Model> model;
+  const Model* operator->() const { return model.get(); }
+  const Model& operator*() const { return *model; }
+};
+// Loads libmasque-model-encoder-decoder.so and creates the model of `folder`, every declared
+// parameter set (path = folder, the others their defaults).
+LoadedModel load_model(const std::filesystem::path& folder = model_dir());
+
+// One token per line, split on '\n' only (some tokens are invisible format characters).
+class Vocabulary {
+ public:
+  explicit Vocabulary(const std::filesystem::path& file, TokenId unk);
+  TokenId id(const std::string& token) const;  // unk when unknown
+  const std::string& token(TokenId id) const { return tokens_.at(id); }
+  std::vector<TokenId> ids(const std::vector<std::string>& tokens) const;
+
+ private:
+  std::vector<std::string> tokens_;
+  std::unordered_map<std::string, TokenId> ids_;
+  TokenId unk_;
+};
+const Vocabulary& source_vocab();
+const Vocabulary& target_vocab();
+
+std::vector<nlohmann::json> examples();
+// The first `n` lines of ../shared/bench/aren-20k.txt, split on spaces, as source ids.
+std::vector<std::vector<TokenId>> bench_sources(std::size_t n);
+
+// A right-padded source batch (pad id 0), bidirectional over each row's tokens.
+Batch source_batch(const std::vector<std::vector<TokenId>>& rows);
+
+constexpr TokenId kStart = 1, kEnd = 2;
+
+// One token per row, each at its row's next position.
+inline StepInput step_input(std::span<const TokenId> tokens) {
+  StepInput input;
+  input.tokens = tokens;
+  return input;
+}
+
+// log_softmax(row)[id] in double.
+double log_prob(const float* row, std::int32_t vocab, TokenId id);
+// The README's min_decoding_length = 1: at step 0 the </s> logit is the lowest float.
+void block_end_at_first_step(float* row, std::int32_t step);
+
+struct Greedy {
+  std::vector<TokenId> tokens;             // without </s>
+  std::vector<double> logprobs;            // per generated token, </s> included when produced
+  std::vector<std::vector<float>> logits;  // raw logits of each step
+  bool finished = false;
+};
+// Plain greedy decoding of one source: argmax, </s> ends, at most `max_steps` steps.
+Greedy greedy(const Model& model, const std::vector<TokenId>& source, int max_steps = 256);
+
+// A copy of the checkpoint folder in a scratch dir: config.json with `config_edits` applied
+// (null deletes a key) and model.safetensors rewritten from `tensors`.
+std::filesystem::path write_model(const std::string& name, const nlohmann::json& config_edits,
+                                  const std::map<std::string, Tensor>& tensors);
+// The checkpoint's tensors (f32 views of the shared file).
+std::map<std::string, Tensor> original_tensors();
+
+}  // namespace masque::test::encdec
