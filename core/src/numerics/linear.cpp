@@ -229,24 +229,58 @@ Activation Linear::activation() const {
   return impl_ ? impl_->activation : Activation::none;
 }
 
+namespace {
+
+// Memory objects of one primitive, bound in one thread: a call only swaps their data handles
+// (creating memory objects and an argument map per call cost as much as a small matmul).
+struct Bound {
+  std::weak_ptr<const void> owner;
+  dnnl::memory src, dst, scratchpad;
+};
+
+Bound& bound_memories(const std::shared_ptr<const void>& exe, const dnnl::memory::desc& src_md,
+                      const dnnl::memory::desc& dst_md, std::size_t scratchpad_bytes) {
+  thread_local std::unordered_map<const void*, Bound> bound;
+  Bound& b = bound[exe.get()];
+  if (b.owner.lock() != exe) {  // new, or a dead primitive's address reused
+    if (bound.size() > 4096)
+      std::erase_if(bound, [](const auto& kv) { return kv.second.owner.expired(); });
+    Bound& fresh = bound[exe.get()];
+    const auto& engine = cpu_engine();
+    fresh.owner = exe;
+    fresh.src = dnnl::memory(src_md, engine, DNNL_MEMORY_NONE);
+    fresh.dst = dnnl::memory(dst_md, engine, DNNL_MEMORY_NONE);
+    if (scratchpad_bytes > 0)
+      fresh.scratchpad =
+          dnnl::memory({{static_cast<dnnl::memory::dim>(scratchpad_bytes)}, dt::u8, tag::a}, engine,
+                       DNNL_MEMORY_NONE);
+    return fresh;
+  }
+  return b;
+}
+
+}  // namespace
+
 void Linear::forward(const float* x, std::int64_t rows, float* y) const {
   if (!impl_) throw RuntimeError("Linear used before construction");
   if (rows <= 0) return;
   auto exe = impl_->get(rows);
-  const auto& engine = cpu_engine();
-  dnnl::memory src(exe->src_md, engine, const_cast<float*>(x));
-  dnnl::memory dst(exe->dst_md, engine, y);
-  std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, exe->weights}, {DNNL_ARG_DST, dst}};
+  Bound& b = bound_memories(exe, exe->src_md, exe->dst_md, exe->scratchpad_bytes);
+  b.src.set_data_handle(const_cast<float*>(x));
+  b.dst.set_data_handle(y);
+  dnnl_exec_arg_t args[5];
+  int n = 0;
+  args[n++] = {DNNL_ARG_SRC, b.src.get()};
+  args[n++] = {DNNL_ARG_WEIGHTS, exe->weights.get()};
+  args[n++] = {DNNL_ARG_DST, b.dst.get()};
+  if (!impl_->bias_md.is_zero()) args[n++] = {DNNL_ARG_BIAS, impl_->bias.get()};
   if (exe->scratchpad_bytes > 0) {
-    const dnnl::memory::desc md({static_cast<dnnl::memory::dim>(exe->scratchpad_bytes)}, dt::u8,
-                                tag::a);
-    args.emplace(DNNL_ARG_SCRATCHPAD,
-                 dnnl::memory(md, engine, numerics::thread_scratchpad(exe->scratchpad_bytes)));
+    b.scratchpad.set_data_handle(numerics::thread_scratchpad(exe->scratchpad_bytes));
+    args[n++] = {DNNL_ARG_SCRATCHPAD, b.scratchpad.get()};
   }
-  if (!impl_->bias_md.is_zero()) args.emplace(DNNL_ARG_BIAS, impl_->bias);
   auto& stream = thread_stream();
-  exe->matmul.execute(stream, args);
+  if (dnnl_primitive_execute(exe->matmul.get(), stream.get(), n, args) != dnnl_success)
+    throw RuntimeError("Linear: oneDNN matmul failed");
   stream.wait();
 }
 
