@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <sstream>
+#include <thread>
 
 #include "masque/error.hpp"
 #include "tok_test_util.hpp"
@@ -99,4 +101,30 @@ TEST_CASE("100k-character words", "[robustness]") {
   CHECK(e.offsets.front() == ByteSpan{0, 100000});
   auto bpe = tokenizer("bpe", {{"path", (tokenizers_dir() / "gpt2").string()}});
   CHECK(bpe->decode(bpe->encode(word, false).ids, false) == word);
+}
+
+TEST_CASE("every tokenizer gives the same results from several threads at once",
+          "[robustness][threads]") {
+  std::vector<std::string> texts;
+  for (const char* dir : {"bert-base-uncased", "gpt2", "stories260k"})
+    for (const auto& v : read_jsonl(tokenizers_dir() / dir / "vectors.jsonl"))
+      texts.push_back(v["text"]);
+  std::istringstream corpus(
+      read_file(source_dir() / "tests" / "tokenizers" / "data" / "multilingual.txt"));
+  for (std::string line; std::getline(corpus, line);) texts.push_back(line);
+  for (auto& [name, tok] : all_tokenizers()) {
+    INFO(name);
+    std::vector<std::vector<TokenId>> expected;
+    for (const auto& t : texts) expected.push_back(tok->encode(t, true).ids);
+    std::vector<int> mismatches(3, 0);
+    std::vector<std::thread> threads;
+    for (int th = 0; th < 3; ++th)
+      threads.emplace_back([&, th] {
+        for (int rep = 0; rep < 4; ++rep)
+          for (std::size_t i = (th + rep) % texts.size(); i < texts.size(); i += 1)
+            mismatches[th] += tok->encode(texts[i], true).ids != expected[i];
+      });
+    for (auto& t : threads) t.join();
+    CHECK(mismatches == std::vector<int>(3, 0));
+  }
 }
