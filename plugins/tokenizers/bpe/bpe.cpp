@@ -15,8 +15,8 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
-#include <memory>
 #include <mutex>
 #include <optional>
 #include <queue>
@@ -24,11 +24,11 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "json_file.hpp"
 #include "masque/error.hpp"
 #include "masque/params.hpp"
 #include "masque/tokenizer.hpp"
@@ -266,12 +266,7 @@ class BytePairEncoder final : public masque::Tokenizer {
   }
 
   void load_vocab(const std::string& file) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(masque::tok::read_whole_file(file, "BPE vocabulary"));
-    } catch (const nlohmann::json::exception& e) {
-      throw ConfigError(file + ": invalid JSON: " + e.what());
-    }
+    const nlohmann::json j = masque::tok::read_json_file(file, "BPE vocabulary");
     if (!j.is_object() || j.empty())
       throw ConfigError(file + ": expected a non-empty JSON object {\"token\": id, ...}");
     std::int64_t max_id = -1;

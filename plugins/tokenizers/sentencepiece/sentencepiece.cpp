@@ -20,6 +20,7 @@
 #include <sentencepiece_processor.h>
 #include <nlohmann/json.hpp>
 
+#include "json_file.hpp"
 #include "masque/error.hpp"
 #include "masque/params.hpp"
 #include "masque/tokenizer.hpp"
@@ -73,13 +74,8 @@ class SentencePiece final : public masque::Tokenizer {
     const fs::path cfg_file = (folder.empty() ? fs::path(model).parent_path() : fs::path(folder)) /
                               "tokenizer_config.json";
     if (fs::exists(cfg_file)) {
-      nlohmann::json cfg;
-      try {
-        cfg = nlohmann::json::parse(
-            masque::tok::read_whole_file(cfg_file.string(), "tokenizer configuration"));
-      } catch (const nlohmann::json::exception& e) {
-        throw ConfigError(cfg_file.string() + ": invalid JSON: " + e.what());
-      }
+      const nlohmann::json cfg =
+          masque::tok::read_json_file(cfg_file.string(), "tokenizer configuration");
       if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean())
         cfg_bos = cfg["add_bos_token"].get<bool>();
       if (cfg.contains("add_eos_token") && cfg["add_eos_token"].is_boolean())

@@ -32,6 +32,7 @@
 #include <unicode/ustring.h>
 #include <nlohmann/json.hpp>
 
+#include "json_file.hpp"
 #include "masque/error.hpp"
 #include "masque/params.hpp"
 #include "masque/tokenizer.hpp"
@@ -116,8 +117,6 @@ struct NormChar {
   std::uint32_t ob, oe;
 };
 
-enum class Flag { automatic, yes, no };
-
 class WordPiece final : public masque::Tokenizer {
  public:
   explicit WordPiece(const masque::Params& params) {
@@ -147,13 +146,8 @@ class WordPiece final : public masque::Tokenizer {
     if (!folder.empty()) {
       const fs::path cfg_file = fs::path(folder) / "tokenizer_config.json";
       if (fs::exists(cfg_file)) {
-        nlohmann::json cfg;
-        try {
-          cfg = nlohmann::json::parse(
-              masque::tok::read_whole_file(cfg_file.string(), "tokenizer configuration"));
-        } catch (const nlohmann::json::exception& e) {
-          throw ConfigError(cfg_file.string() + ": invalid JSON: " + e.what());
-        }
+        const nlohmann::json cfg =
+            masque::tok::read_json_file(cfg_file.string(), "tokenizer configuration");
         if (cfg.contains("do_lower_case") && cfg["do_lower_case"].is_boolean())
           cfg_lower = cfg["do_lower_case"].get<bool>();
         if (cfg.contains("strip_accents") && cfg["strip_accents"].is_boolean())
