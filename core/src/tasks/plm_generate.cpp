@@ -50,6 +50,13 @@ class PlmStepper final : public Stepper {
   void logits(Tensor& out) override {
     if (method_ == PlmMethod::visible_mask) visible_logits(out);
     else incremental_logits(out);
+    // The positions a path fills depend only on the tokens chosen before: remember them by that
+    // prefix (a decoder need not call advance() after the last step).
+    for (const Row& row : rows_) {
+      std::vector<std::int32_t> positions = row.filled;
+      positions.push_back(row.next);
+      paths_[row.record][chosen(row)] = std::move(positions);
+    }
   }
 
   void advance(std::span<const TokenId> tokens) override {
@@ -60,8 +67,6 @@ class PlmStepper final : public Stepper {
       row.filled.push_back(row.next);
       positions[r] = row.next;
       types[r] = items_[row.record]->type_ids[row.next];
-      if (row.filled.size() == template_of(*items_[row.record]).slots.size())
-        finished_[row.record][std::vector<TokenId>(chosen(row))] = row.filled;
     }
     if (method_ == PlmMethod::incremental) {
       Tensor unused;
@@ -78,9 +83,10 @@ class PlmStepper final : public Stepper {
 
   // Positions filled (in order) by the path that chose `tokens` for `record`.
   const std::vector<std::int32_t>& positions_of(std::int32_t record, const std::vector<TokenId>& tokens) const {
-    auto& paths = finished_.at(record);
-    auto it = paths.find(tokens);
-    if (it == paths.end()) throw RuntimeError("plm-generate: no recorded path for a hypothesis");
+    auto paths = paths_.find(record);
+    if (paths == paths_.end() || tokens.empty()) throw RuntimeError("plm-generate: no recorded path for a hypothesis");
+    auto it = paths->second.find(std::vector<TokenId>(tokens.begin(), tokens.end() - 1));
+    if (it == paths->second.end()) throw RuntimeError("plm-generate: no recorded path for a hypothesis");
     return it->second;
   }
 
@@ -210,7 +216,8 @@ class PlmStepper final : public Stepper {
   TokenId mask_token_;
   std::vector<Row> rows_;
   std::unique_ptr<DecodeState> state_;
-  std::map<std::int32_t, std::map<std::vector<TokenId>, std::vector<std::int32_t>>> finished_;
+  // record -> tokens chosen so far -> positions filled including the next one
+  std::map<std::int32_t, std::map<std::vector<TokenId>, std::vector<std::int32_t>>> paths_;
 };
 
 class PlmGenerateTask final : public Task {
