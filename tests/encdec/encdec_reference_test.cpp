@@ -16,25 +16,6 @@ namespace {
 
 constexpr double kTol = 1e-5;
 
-// log p(target_s | <s> target_<s, source) for every target token and the final </s>: the plain
-// log-softmax of the forward pass (no min-length rule, unlike the greedy scores).
-std::vector<double> teacher_forced(const Model& model, const std::vector<TokenId>& source,
-                                   std::vector<TokenId> target) {
-  const std::int32_t vocab = model.info().vocab_size;
-  target.push_back(kEnd);
-  auto state = model.start(source_batch({source}), nullptr);
-  std::vector<double> out;
-  Tensor logits;
-  TokenId input = kStart;
-  for (std::size_t s = 0; s < target.size(); ++s) {
-    const TokenId tokens[] = {input};
-    model.step(*state, step_input(tokens), logits);
-    out.push_back(log_prob(logits.f32(), vocab, target[s]));
-    input = target[s];
-  }
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("the model describes itself from config.json", "[encdec]") {

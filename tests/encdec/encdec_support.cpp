@@ -43,10 +43,13 @@ ParamValue default_value(const ParamSpec& spec) {
 
 }  // namespace
 
-LoadedModel load_model(const fs::path& folder) {
+boost::dll::shared_library open_plugin() {
+  return boost::dll::shared_library((plugin_dir() / "libmasque-model-encoder-decoder.so").string());
+}
+
+LoadedModel load_model(const boost::dll::shared_library& library, const fs::path& folder) {
   LoadedModel loaded;
-  loaded.library =
-      boost::dll::shared_library((plugin_dir() / "libmasque-model-encoder-decoder.so").string());
+  loaded.library = library;
   const PluginDescriptor* d =
       loaded.library.get_alias<const PluginDescriptor*()>("masque_plugin_descriptor")();
   Params params;
@@ -148,6 +151,23 @@ double log_prob(const float* row, std::int32_t vocab, TokenId id) {
 
 void block_end_at_first_step(float* row, std::int32_t step) {
   if (step == 0) row[kEnd] = std::numeric_limits<float>::lowest();
+}
+
+std::vector<double> teacher_forced(const Model& model, const std::vector<TokenId>& source,
+                                   std::vector<TokenId> target) {
+  const std::int32_t vocab = model.info().vocab_size;
+  target.push_back(kEnd);
+  auto state = model.start(source_batch({source}), nullptr);
+  std::vector<double> out;
+  Tensor logits;
+  TokenId input = kStart;
+  for (const TokenId next : target) {
+    const TokenId tokens[] = {input};
+    model.step(*state, step_input(tokens), logits);
+    out.push_back(log_prob(logits.f32(), vocab, next));
+    input = next;
+  }
+  return out;
 }
 
 Greedy greedy(const Model& model, const std::vector<TokenId>& source, int max_steps) {

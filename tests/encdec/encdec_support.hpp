@@ -29,9 +29,16 @@ struct LoadedModel {
   const Model* operator->() const { return model.get(); }
   const Model& operator*() const { return *model; }
 };
-// Loads libmasque-model-encoder-decoder.so and creates the model of `folder`, every declared
-// parameter set (path = folder, the others their defaults).
-LoadedModel load_model(const std::filesystem::path& folder = model_dir());
+// libmasque-model-encoder-decoder.so from the build's plugin directory.
+boost::dll::shared_library open_plugin();
+// Creates the model of `folder` with every declared parameter set (path = folder, the others
+// their defaults). Errors thrown by the plugin must be handled while `library` (or another
+// handle of it) is still loaded: their code lives in the plugin.
+LoadedModel load_model(const boost::dll::shared_library& library,
+                       const std::filesystem::path& folder = model_dir());
+inline LoadedModel load_model(const std::filesystem::path& folder = model_dir()) {
+  return load_model(open_plugin(), folder);
+}
 
 // One token per line, split on '\n' only (some tokens are invisible format characters).
 class Vocabulary {
@@ -69,6 +76,11 @@ inline StepInput step_input(std::span<const TokenId> tokens) {
 double log_prob(const float* row, std::int32_t vocab, TokenId id);
 // The README's min_decoding_length = 1: at step 0 the </s> logit is the lowest float.
 void block_end_at_first_step(float* row, std::int32_t step);
+
+// log p(target_s | <s> target_<s, source) for every target token and the final </s>: the plain
+// log-softmax of the forward pass (no min-length rule, unlike the greedy scores).
+std::vector<double> teacher_forced(const Model& model, const std::vector<TokenId>& source,
+                                   std::vector<TokenId> target);
 
 struct Greedy {
   std::vector<TokenId> tokens;             // without </s>
