@@ -12,7 +12,8 @@ const masque::ParamSpec kParams[] = {
     {.name = "path",
      .type = masque::ParamType::path,
      .help = "model folder: config.json and model.safetensors (or model.safetensors.index.json "
-             "and its shards); generation_config.json, when present, overrides bos/eos/pad",
+             "and its shards); generation_config.json, when present, overrides bos/eos/pad; "
+             "of an id list (eos_token_id) the first id is the model's",
      .flags = masque::kParamRequired},
 };
 
