@@ -18,6 +18,7 @@
 #include "masque/attention.hpp"
 #include "masque/error.hpp"
 #include "masque/threading.hpp"
+#include "numerics/parallel.hpp"
 #include "numerics/simd.hpp"
 
 namespace masque {
@@ -505,7 +506,8 @@ void run_small_heads(const Problem& p, std::int32_t b, std::int32_t i) {
 void attention_small_heads(const Problem& p) {
   const MaskView& m = p.mask;
   const std::int64_t count = std::int64_t{m.batch} * m.q_len;
-  const int threads = std::min<std::int64_t>(thread_count(), count);
+  const double flops = 4.0 * count * m.k_len * p.dims.heads * p.dims.head_dim;
+  const int threads = std::min<std::int64_t>(numerics::threads_for(flops), count);
   if (threads <= 1) {
     for (std::int32_t b = 0; b < m.batch; ++b)
       for (std::int32_t i = 0; i < m.q_len; ++i) run_small_heads(p, b, i);
@@ -571,8 +573,10 @@ void attention(const AttentionDims& dims, const MaskView& mask, SeqView q, SeqVi
   const Problem problem{dims, mask, q, k, v, out, probs, dims.heads / dims.kv_heads};
   if (small_heads(dims)) return attention_small_heads(problem);
   const std::vector<Tile> tiles = make_tiles(problem);
-  const int threads = std::min<int>(thread_count(), static_cast<int>(tiles.size()));
+  const double flops = 4.0 * mask.batch * mask.q_len * mask.k_len * dims.heads * dims.head_dim;
+  const int threads = std::min<int>(numerics::threads_for(flops), static_cast<int>(tiles.size()));
   if (threads <= 1) {
+    ThreadScope one(1);  // sgemm would otherwise open its own parallel region per tile
     std::vector<float> work;
     for (const Tile& t : tiles) run_tile(problem, t, work);
     return;

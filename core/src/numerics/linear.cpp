@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -16,6 +17,7 @@
 #include "masque/layers.hpp"
 #include "masque/threading.hpp"
 #include "numerics/dnnl_context.hpp"
+#include "numerics/parallel.hpp"
 #include "numerics/tensor_checks.hpp"
 
 namespace masque {
@@ -30,6 +32,8 @@ namespace {
 // The rows a weight is packed for; oneDNN 2.6 picks the same blocked layout for every row count
 // of a shape, and a primitive that wants another one gets its own reordered copy.
 constexpr std::int64_t kPackRows = 64;
+// Fewer rows than this: a memory-bound product that one thread serves best.
+constexpr std::int64_t kParallelMinRows = 16;
 // Primitives kept per layer; beyond this the cache starts afresh (row counts are usually few).
 constexpr std::size_t kMaxCachedPrimitives = 256;
 
@@ -264,6 +268,11 @@ Bound& bound_memories(const std::shared_ptr<const void>& exe, const dnnl::memory
 void Linear::forward(const float* x, std::int64_t rows, float* y) const {
   if (!impl_) throw RuntimeError("Linear used before construction");
   if (rows <= 0) return;
+  // Products with few rows are memory bound and small ones are over before a second thread
+  // wakes up: both run on this thread (and get primitives created for one thread).
+  const double flops = 2.0 * rows * impl_->in * impl_->out;
+  std::optional<ThreadScope> one;
+  if (rows < kParallelMinRows || numerics::threads_for(flops) == 1) one.emplace(1);
   auto exe = impl_->get(rows);
   Bound& b = bound_memories(exe, exe->src_md, exe->dst_md, exe->scratchpad_bytes);
   b.src.set_data_handle(const_cast<float*>(x));
