@@ -233,10 +233,12 @@ TEST_CASE("attention probabilities of one head can be returned", "[numerics][att
 
 TEST_CASE("attention gives the same result with two intra-op threads",
           "[numerics][attention][threads]") {
-  const AttentionLayout layout = layout_of(130, {causal(130), seq2seq(60, 50), bidirectional(90)});
+  // Large enough (~140 MFLOP) for attention to open a parallel region.
+  const AttentionLayout layout =
+      layout_of(300, {causal(300), seq2seq(160, 120), bidirectional(250)});
   const AttentionDims dims{4, 2, 32, 0.2f};
-  Tensor q = random_tensor({390, 128}, 14), k = random_tensor({390, 64}, 15),
-         v = random_tensor({390, 64}, 16);
+  Tensor q = random_tensor({900, 128}, 14), k = random_tensor({900, 64}, 15),
+         v = random_tensor({900, 64}, 16);
   Tensor one, two;
   self_attention(dims, layout, q, k, v, one);
   {
@@ -244,6 +246,8 @@ TEST_CASE("attention gives the same result with two intra-op threads",
     self_attention(dims, layout, q, k, v, two);
   }
   CHECK(relative_error(two, masque::test::to_double(one)) == 0.0);
+  CHECK(relative_error(one, reference_attention(dims, MaskView::self(layout), q, k, v, 128, 64)) <=
+        kTol);
 }
 
 TEST_CASE("attention rejects inconsistent heads and shapes", "[numerics][attention]") {

@@ -177,6 +177,18 @@ TEST_CASE("Linear is safe to share between threads with different thread counts"
   for (double e : errors) CHECK(e <= kTol);
 }
 
+TEST_CASE("Linear with two intra-op threads matches the reference", "[numerics][linear][threads]") {
+  // ~134 MFLOP: large enough for Linear to use both threads.
+  Tensor w = random_tensor({512, 512}, 61, 0.05f), b = random_tensor({512}, 62);
+  const Linear linear(w, b, {.activation = Activation::silu});
+  Tensor x = random_tensor({256, 512}, 63), y;
+  {
+    ThreadScope scope(2);
+    linear.forward(x, y);
+  }
+  CHECK(relative_error(y, reference_linear(x, w, b, Activation::silu)) <= kTol);
+}
+
 TEST_CASE("thread counts are per calling thread", "[numerics][threads]") {
   const int before = thread_count();
   {
