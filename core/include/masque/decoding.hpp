@@ -103,6 +103,12 @@ class BOOST_SYMBOL_VISIBLE LogitsProcessor {
 // log(sum(exp(logits))), accumulated in double. -inf for an all -inf row.
 double log_sum_exp(std::span<const float> logits);
 
+// out[i] = exp((values[i] - max) / temperature) in double, for `max` >= every value and
+// temperature > 0; `out` has at least values.size() entries. Vectorized: sampling weights
+// of a whole vocabulary.
+void exp_weights(std::span<const float> values, float max, double temperature,
+                 std::span<double> out);
+
 // The index of the largest value; the smallest index among exact ties.
 std::int32_t argmax(std::span<const float> values);
 

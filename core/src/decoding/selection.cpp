@@ -132,6 +132,12 @@ double log_sum_exp(std::span<const float> logits) {
   return max + std::log(sum_exp_below(logits, max));
 }
 
+MASQUE_DECODING_VECTORIZE void exp_weights(std::span<const float> values, float max,
+                                           double temperature, std::span<double> out) {
+  for (std::size_t i = 0; i < values.size(); ++i)
+    out[i] = exp_nonpositive((static_cast<double>(values[i]) - max) / temperature);
+}
+
 // Two passes: a vectorized maximum, then the first position holding it.
 std::int32_t argmax(std::span<const float> values) {
   const float max = max_value(values);

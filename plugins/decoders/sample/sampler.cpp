@@ -51,51 +51,41 @@ SplitMix64 make_stream(std::uint64_t seed, std::uint64_t record_id, std::uint64_
 
 TokenId Sampler::sample(std::span<const float> logits, SplitMix64& stream) {
   if (is_greedy()) return decoding::argmax(logits);
-  max_logit_ = logits[static_cast<std::size_t>(decoding::argmax(logits))];
-  if (options_.top_k == 0 && options_.top_p >= 1.0) return draw_from_all(logits, stream);
-  if (options_.top_k > 0) keep_top_k(logits);
-  if (options_.top_p < 1.0) keep_nucleus(logits);
-  return draw_from_kept(logits, stream);
-}
-
-double Sampler::weight(float logit) const {
-  return std::exp((static_cast<double>(logit) - max_logit_) / options_.temperature);
-}
-
-// Inverse CDF over the whole vocabulary in id order: no selection or sort needed.
-TokenId Sampler::draw_from_all(std::span<const float> logits, SplitMix64& stream) {
+  const float max = logits[static_cast<std::size_t>(decoding::argmax(logits))];
   weights_.resize(logits.size());
-  for (std::size_t t = 0; t < logits.size(); ++t) weights_[t] = weight(logits[t]);
-  return static_cast<TokenId>(pick(weights_, stream));
+  decoding::exp_weights(logits, max, options_.temperature, weights_);
+  // top_k >= vocab keeps every token: the same draw as no top_k, without a selection.
+  const bool top_k =
+      options_.top_k > 0 && options_.top_k < static_cast<std::int32_t>(logits.size());
+  const bool top_p = options_.top_p < 1.0;
+  if (!top_k && !top_p) return static_cast<TokenId>(pick(weights_, stream));
+  if (top_k) decoding::top_k(logits, options_.top_k, kept_);
+  if (top_p) keep_nucleus(logits, top_k);
+  return draw_from_kept(stream);
 }
 
-void Sampler::keep_top_k(std::span<const float> logits) {
-  decoding::top_k(logits, options_.top_k, kept_);
-}
-
-void Sampler::keep_nucleus(std::span<const float> logits) {
-  if (options_.top_k > 0) {
-    double mass = 0;
-    for (std::int32_t t : kept_) mass += weight(logits[static_cast<std::size_t>(t)]);
-    cut_to_mass(logits, mass);
+void Sampler::keep_nucleus(std::span<const float> logits, bool within_top_k) {
+  double mass = 0;
+  if (within_top_k) {
+    for (std::int32_t t : kept_) mass += weights_[static_cast<std::size_t>(t)];
+    cut_to_mass(mass);
     return;
   }
-  double mass = 0;
-  for (float x : logits) mass += weight(x);
+  for (double w : weights_) mass += w;
   const auto vocab = static_cast<std::int32_t>(logits.size());
   for (std::int32_t n = std::min(kFirstNucleusGuess, vocab);; n = std::min(2 * n, vocab)) {
     decoding::top_k(logits, n, kept_);
-    if (cut_to_mass(logits, mass) || n == vocab) return;
+    if (cut_to_mass(mass) || n == vocab) return;
   }
 }
 
 // Keeps the shortest best-first prefix of kept_ whose weight reaches top_p * mass; false
 // (kept_ unchanged) when the whole of kept_ does not reach it.
-bool Sampler::cut_to_mass(std::span<const float> logits, double mass) {
+bool Sampler::cut_to_mass(double mass) {
   const double needed = options_.top_p * mass;
   double cumulative = 0;
   for (std::size_t i = 0; i < kept_.size(); ++i) {
-    cumulative += weight(logits[static_cast<std::size_t>(kept_[i])]);
+    cumulative += weights_[static_cast<std::size_t>(kept_[i])];
     if (cumulative >= needed) {
       kept_.resize(i + 1);
       return true;
@@ -104,12 +94,12 @@ bool Sampler::cut_to_mass(std::span<const float> logits, double mass) {
   return false;
 }
 
-TokenId Sampler::draw_from_kept(std::span<const float> logits, SplitMix64& stream) {
+TokenId Sampler::draw_from_kept(SplitMix64& stream) {
   std::sort(kept_.begin(), kept_.end());
-  weights_.resize(kept_.size());
+  kept_weights_.resize(kept_.size());
   for (std::size_t i = 0; i < kept_.size(); ++i)
-    weights_[i] = weight(logits[static_cast<std::size_t>(kept_[i])]);
-  return kept_[pick(weights_, stream)];
+    kept_weights_[i] = weights_[static_cast<std::size_t>(kept_[i])];
+  return kept_[pick(kept_weights_, stream)];
 }
 
 }  // namespace masque::sample

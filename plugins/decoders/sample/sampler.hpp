@@ -2,8 +2,9 @@
 //
 // Procedure for one step of one sequence (the logits are already processed: penalties etc.):
 // 1. temperature 0 or top_k 1: the arg-max (smallest id on ties); no random number is drawn.
-// 2. Weights w(t) = exp((logit(t) - max logit) / temperature), in double.
-// 3. The kept set: all tokens, or with top_k > 0 the top_k best (ties: smaller id first);
+// 2. Weights w(t) = exp((logit(t) - max logit) / temperature), in double
+//    (masque::decoding::exp_weights).
+// 3. The kept set: all tokens, or with 0 < top_k < vocab the top_k best (ties: smaller id);
 //    then, with top_p < 1, only the smallest best-first prefix of that set whose weight
 //    reaches top_p times the set's total weight (top-k first, as Hugging Face does).
 // 4. One 64-bit draw x from the sequence's stream, u = (x >> 11) * 2^-53 in [0, 1). Walking
@@ -50,17 +51,14 @@ class Sampler {
 
  private:
   bool is_greedy() const { return options_.temperature == 0 || options_.top_k == 1; }
-  double weight(float logit) const;
-  TokenId draw_from_all(std::span<const float> logits, SplitMix64& stream);
-  void keep_top_k(std::span<const float> logits);
-  void keep_nucleus(std::span<const float> logits);
-  bool cut_to_mass(std::span<const float> logits, double mass);
-  TokenId draw_from_kept(std::span<const float> logits, SplitMix64& stream);
+  void keep_nucleus(std::span<const float> logits, bool within_top_k);
+  bool cut_to_mass(double mass);
+  TokenId draw_from_kept(SplitMix64& stream);
 
   SamplingOptions options_;
-  double max_logit_ = 0;
-  std::vector<std::int32_t> kept_;
-  std::vector<double> weights_;
+  std::vector<double> weights_;       // of every token
+  std::vector<std::int32_t> kept_;    // the kept set
+  std::vector<double> kept_weights_;  // its weights, in increasing id order
 };
 
 }  // namespace masque::sample
