@@ -105,6 +105,10 @@ class BOOST_SYMBOL_VISIBLE KvCache {
   std::vector<TokenRole> source_role_;  // [rows, S]
   std::vector<std::int32_t> source_rank_;
   std::vector<Tensor> cross_keys_, cross_values_;  // per layer [rows, S, width]
+  // The set_source row whose memory each row holds: a select that keeps every row's source
+  // (beams reordered within their record) leaves the cross memory where it is.
+  std::vector<std::int32_t> source_of_;
+  std::vector<Tensor> spare_;  // buffers of the previous select, reused by the next
 };
 
 }  // namespace masque

@@ -54,6 +54,7 @@ KvCache::KvCache(std::int32_t layers, std::int32_t kv_heads, std::int32_t head_d
   cross_values_.resize(layers);
   next_rank_.assign(rows, 0);
   next_position_.assign(rows, 0);
+  source_of_ = identity(rows);
 }
 
 void KvCache::check_layer(std::int32_t layer, const char* what) const {
@@ -202,6 +203,7 @@ void KvCache::set_source(const AttentionLayout& source) {
   source_length_ = source.length;
   source_role_ = source.role;
   source_rank_ = source.rank;
+  source_of_ = identity(rows_);
   for (auto* buffers : {&cross_keys_, &cross_values_})
     for (auto& buffer : *buffers) buffer = Tensor();
 }
@@ -254,25 +256,33 @@ void KvCache::select(std::span<const std::int32_t> rows) {
       throw RuntimeError("KvCache::select: row " + std::to_string(r) + " of " +
                          std::to_string(rows_));
   const auto n = static_cast<std::int32_t>(rows.size());
+  // Picked rows go to the buffers the previous select freed (beam search selects every step).
+  std::size_t spare = 0;
+  auto pick = [&](Tensor& buffer, std::int32_t cap, std::int32_t columns) {
+    if (buffer.empty()) return;
+    if (spare == spare_.size()) spare_.emplace_back();
+    Tensor& picked = spare_[spare++];
+    picked.resize({n, cap, width_});
+    copy_rows(buffer.f32(), cap, picked.f32(), cap, width_, columns, rows);
+    std::swap(buffer, picked);
+  };
   for (auto* buffers : {&keys_, &values_})
-    for (auto& buffer : *buffers) {
-      if (buffer.empty()) continue;
-      Tensor picked({n, capacity_, width_});
-      copy_rows(buffer.f32(), capacity_, picked.f32(), capacity_, width_, length_, rows);
-      buffer = std::move(picked);
-    }
+    for (auto& buffer : *buffers) pick(buffer, capacity_, length_);
   rank_ = gather_columns(rank_, capacity_, capacity_, length_, rows, 0);
   role_ = gather_columns(role_, capacity_, capacity_, length_, rows, TokenRole::pad);
-  const std::int32_t s = source_length_;
-  for (auto* buffers : {&cross_keys_, &cross_values_})
-    for (auto& buffer : *buffers) {
-      if (buffer.empty()) continue;
-      Tensor picked({n, s, width_});
-      copy_rows(buffer.f32(), s, picked.f32(), s, width_, s, rows);
-      buffer = std::move(picked);
-    }
-  source_role_ = gather_columns(source_role_, s, s, s, rows, TokenRole::pad);
-  source_rank_ = gather_columns(source_rank_, s, s, s, rows, 0);
+  bool same_sources = n == rows_;
+  for (std::int32_t i = 0; i < n && same_sources; ++i)
+    same_sources = source_of_[rows[i]] == source_of_[i];
+  if (!same_sources) {
+    const std::int32_t s = source_length_;
+    for (auto* buffers : {&cross_keys_, &cross_values_})
+      for (auto& buffer : *buffers) pick(buffer, s, s);
+    source_role_ = gather_columns(source_role_, s, s, s, rows, TokenRole::pad);
+    source_rank_ = gather_columns(source_rank_, s, s, s, rows, 0);
+    std::vector<std::int32_t> source_of(n);
+    for (std::int32_t i = 0; i < n; ++i) source_of[i] = source_of_[rows[i]];
+    source_of_ = std::move(source_of);
+  }
   std::vector<std::int32_t> next_rank(n), next_position(n);
   for (std::int32_t i = 0; i < n; ++i) {
     next_rank[i] = next_rank_[rows[i]];
@@ -310,6 +320,7 @@ KvCache KvCache::fork() const {
   copy.source_length_ = source_length_;
   copy.source_role_ = source_role_;
   copy.source_rank_ = source_rank_;
+  copy.source_of_ = source_of_;
   return copy;
 }
 
