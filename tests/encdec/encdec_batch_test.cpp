@@ -193,3 +193,34 @@ TEST_CASE("explicit step positions and query steps follow the StepInput contract
   }
   CHECK(worst <= kTol);
 }
+
+TEST_CASE("beam-style selects keep each row's memory and history together", "[encdec]") {
+  // Two records replicated into beams that diverge, then reordered within a record (the KV
+  // cache leaves the cross memory in place) and across records (it moves it).
+  const LoadedModel model = load_model();
+  const auto sources = bench_sources(2);
+  auto state = model->start(source_batch(sources), nullptr);
+  Tensor logits, expected, got;
+  model->step(*state, step_input(std::vector<TokenId>{kStart, kStart}), logits);
+  state->select(std::vector<std::int32_t>{0, 0, 0, 1, 1, 1});
+  model->step(*state, step_input(std::vector<TokenId>{5, 6, 7, 8, 9, 10}), logits);
+
+  for (const std::vector<std::int32_t>& order :
+       {std::vector<std::int32_t>{2, 0, 1, 4, 5, 3}, std::vector<std::int32_t>{3, 4, 5, 0, 1, 2},
+        std::vector<std::int32_t>{5, 5, 0, 1, 1, 2}}) {
+    auto reference = state->fork();  // never selected: row r is the original row r
+    state->select(order);
+    const std::vector<TokenId> next{11, 12, 13, 14, 15, 16};
+    std::vector<TokenId> unselected(6);
+    model->step(*state, step_input(next), got);
+    for (std::size_t i = 0; i < 6; ++i) {
+      // Row i of the selected state is original row order[i] fed next[i].
+      unselected.assign(6, next[i]);
+      model->step(*reference->fork(), step_input(unselected), expected);
+      const std::int64_t vocab = got.dim(1);
+      std::vector<float> want(expected.f32() + order[i] * vocab,
+                              expected.f32() + (order[i] + 1) * vocab);
+      CHECK(max_diff(got.f32() + i * vocab, want) <= kTol);
+    }
+  }
+}
