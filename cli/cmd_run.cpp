@@ -16,7 +16,7 @@ per input record, in input order (stdout by default). Records that fail get an e
 in their place ({"id", "error"}) and the run goes on.
 
 Examples:
-  masque run pipelines/lm-generate.yaml < /dev/null
+  echo | masque run pipelines/lm-generate.yaml --format text   # one story from BOS
   masque run pipelines/lm-score.yaml -i corpus.txt --set task.token_logprobs=true
   masque run pipelines/translate.yaml --set decoder.plugin=beam --set decoder.beam_size=4 \
       --format nbest < words.txt

@@ -35,7 +35,7 @@ Options:
   --version         version, plugin ABI and build fingerprint
 
 Examples:
-  masque run pipelines/lm-generate.yaml < /dev/null
+  echo | masque run pipelines/lm-generate.yaml --format text
   echo "Once upon a time" | masque run pipelines/lm-score.yaml
   masque plugins beam
   masque mask --strategy permutation --order 3,1,4,2,0 北 京 欢 迎 你

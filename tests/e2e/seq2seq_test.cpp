@@ -1,0 +1,115 @@
+// Encoder-decoder seq2seq end to end: the transliteration model's examples with greedy and beam
+// search, and batches of mixed lengths against one record at a time.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <sstream>
+
+#include "test_support.hpp"
+
+using namespace masque::test;
+using nlohmann::json;
+
+namespace {
+
+std::string translate() { return (source_dir() / "pipelines/translate.yaml").string(); }
+
+std::string join(const json& tokens) {
+  std::string s;
+  for (const auto& t : tokens) s += (s.empty() ? "" : " ") + t.get<std::string>();
+  return s;
+}
+
+std::vector<std::string> first_lines(std::size_t n) {
+  std::istringstream in(read_file(shared_dir() / "bench/aren-20k.txt"));
+  std::vector<std::string> lines;
+  std::string line;
+  while (lines.size() < n && std::getline(in, line)) lines.push_back(line);
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("translate: every example reproduces with greedy and with beam size 4", "[e2e][seq2seq]") {
+  auto examples = read_jsonl(shared_dir() / "models/aren-transliteration/examples.jsonl");
+  std::string input;
+  for (const auto& e : examples) input += join(e["source_tokens"]) + "\n";
+  for (const char* beam : {"1", "4"}) {
+    INFO("beam_size " << beam);
+    auto r = run_masque({"run", translate(), "-q", "--set", std::string("decoder.beam_size=") + beam}, input);
+    REQUIRE(r.exit_code == 0);
+    auto out = parse_jsonl(r.out);
+    REQUIRE(out.size() == examples.size());
+    for (std::size_t i = 0; i < examples.size(); ++i) {
+      INFO(examples[i]["name"]);
+      CHECK(out[i]["text"] == join(examples[i]["expected"]));
+      if (std::string(beam) == "1")
+        CHECK(std::abs(out[i]["score"].get<double>() - examples[i]["expected_score"].get<double>()) < 1e-5);
+    }
+  }
+  auto text = run_masque({"run", translate(), "-q", "--format", "text"}, input);
+  CHECK(text.out == "s a m i r\nn a d i a\nr a m i\n");
+}
+
+TEST_CASE("translate: teacher-forced log-probs of the examples", "[e2e][seq2seq]") {
+  // Greedy with token_logprobs: the scored tokens are the output tokens then </s>. The reference
+  // values are plain log-softmax, so the minimum length (which takes </s> out of step 0's
+  // softmax, as CTranslate2 does) is off here.
+  auto examples = read_jsonl(shared_dir() / "models/aren-transliteration/examples.jsonl");
+  std::string input;
+  for (const auto& e : examples) input += join(e["source_tokens"]) + "\n";
+  auto r = run_masque({"run", translate(), "-q", "--set", "decoder.beam_size=1", "--set",
+                       "task.token_logprobs=true", "--set", "decoder.min_new_tokens=0"},
+                      input);
+  REQUIRE(r.exit_code == 0);
+  auto out = parse_jsonl(r.out);
+  for (std::size_t i = 0; i < examples.size(); ++i) {
+    const auto& want = examples[i]["expected_token_log_probs"];
+    REQUIRE(out[i]["token_logprobs"].size() == want.size());
+    for (std::size_t t = 0; t < want.size(); ++t)
+      CHECK(std::abs(out[i]["token_logprobs"][t].get<double>() - want[t].get<double>()) < 1e-5);
+  }
+}
+
+TEST_CASE("translate: 32 records of different lengths in one batch equal one at a time", "[e2e][seq2seq]") {
+  auto lines = first_lines(32);
+  std::string input;
+  for (const auto& l : lines) input += l + "\n";
+  for (const char* beam : {"1", "4"}) {
+    INFO("beam_size " << beam);
+    auto batched = run_masque({"run", translate(), "-q", "--format", "nbest", "--set",
+                               std::string("decoder.beam_size=") + beam, "--set", "task.max_batch_size=32"},
+                              input);
+    auto single = run_masque({"run", translate(), "-q", "--format", "nbest", "--set",
+                              std::string("decoder.beam_size=") + beam, "--set", "task.max_batch_size=1"},
+                             input);
+    auto threads = run_masque({"run", translate(), "-q", "--format", "nbest", "--threads", "2", "--set",
+                               std::string("decoder.beam_size=") + beam, "--set", "task.max_batch_size=7"},
+                              input);
+    REQUIRE(batched.exit_code == 0);
+    CHECK(std::count(batched.out.begin(), batched.out.end(), '\n') == 32);
+    CHECK(batched.out == single.out);
+    CHECK(batched.out == threads.out);
+  }
+}
+
+TEST_CASE("translate: n-best, target prefix and an empty source", "[e2e][seq2seq]") {
+  auto nbest = run_masque({"run", translate(), "-q", "--set", "decoder.beam_size=4", "--set",
+                           "decoder.num_hypotheses=4"},
+                          "س م ي ر\n");
+  REQUIRE(nbest.exit_code == 0);
+  auto out = parse_jsonl(nbest.out).at(0);
+  REQUIRE(out["hypotheses"].size() == 4);
+  for (std::size_t i = 1; i < 4; ++i)
+    CHECK(out["hypotheses"][i - 1]["score"].get<double>() >= out["hypotheses"][i]["score"].get<double>());
+
+  auto prefix = run_masque({"run", translate(), "-q", "--input-format", "tsv", "--columns", "text,prefix"},
+                           "س م ي ر\ts e\n");
+  REQUIRE(prefix.exit_code == 0);
+  CHECK(parse_jsonl(prefix.out).at(0)["text"].get<std::string>().rfind("s e", 0) == 0);
+
+  auto empty = run_masque({"run", translate(), "-q"}, "\n");
+  REQUIRE(empty.exit_code == 0);
+  CHECK(parse_jsonl(empty.out).at(0)["text"] == "");
+  CHECK(parse_jsonl(empty.out).at(0)["score"] == 0.0);
+}
