@@ -5,6 +5,7 @@
 
 #include "masque/error.hpp"
 #include "masque/safetensors.hpp"
+#include "masque/threading.hpp"
 
 namespace masque::encdec {
 
@@ -59,6 +60,9 @@ void check_source(const Batch& batch) {
 
 EncoderDecoderModel::EncoderDecoderModel(const std::filesystem::path& path)
     : config_(EncDecConfig::load(path)) {
+  // Packing a weight is one OpenMP region; with tiny weights, fork/join (and waiting for a busy
+  // second core) costs far more than the copy: ~0.5 s of the aren model's load with 2 threads.
+  const ThreadScope one_thread(1);
   const Checkpoint w(SafeTensors::open(path));
   const EncDecConfig& c = config_;
   load_embeddings(w);
