@@ -85,7 +85,7 @@ const std::vector<masque::ParamSpec>& param_specs() {
        .default_value = "0",
        .help = "sample among the k most likely tokens only (0 = all, 1 = greedy)",
        .min = 0,
-       .max = 2147483647.0},
+       .max = 1e7},
       {.name = "top_p",
        .type = masque::ParamType::number,
        .default_value = "1.0",
