@@ -224,6 +224,18 @@ void write_probs(const Problem& p, const Tile& t, std::int32_t j0, std::int32_t 
   }
 }
 
+void write_probs_at(const Problem& p, const Tile& t, const std::vector<std::int32_t>& cols,
+                    const float* weights, const float* inv_sum) {
+  const AttentionProbs* probs = p.probs;
+  const auto n = static_cast<std::int64_t>(cols.size());
+  for (std::int32_t r = 0; r < t.rows; ++r) {
+    if (p.head_of(t, r) != probs->head) continue;
+    float* row = probs->data + (std::int64_t{t.b} * p.mask.q_len + p.query_of(t, r)) * p.mask.k_len;
+    std::fill(row, row + p.mask.k_len, 0.0f);
+    for (std::int64_t c = 0; c < n; ++c) row[cols[c]] = weights[r * n + c] * inv_sum[r];
+  }
+}
+
 // Whether every query of the tile sees every key of [j0, j1): the common unmasked case
 // (bidirectional, cross-attention without padding in the span) skips the per-entry rule.
 bool all_visible(const Problem& p, const Tile& t, std::int32_t j0, std::int32_t j1) {
@@ -247,10 +259,49 @@ bool all_visible(const Problem& p, const Tile& t, std::int32_t j0, std::int32_t 
   return true;
 }
 
+// The non-padding keys of [j0, j1) when the span has padding inside it (a short row of a
+// right-padded prefill followed by decoding steps), else empty. Computing over these alone makes
+// a row's result independent of the padding its batch adds.
+void gap_keys(const Problem& p, const Tile& t, std::int32_t j0, std::int32_t j1,
+              std::vector<std::int32_t>& cols) {
+  cols.clear();
+  const TokenRole* role = p.mask.key_role + t.b * p.mask.key_stride;
+  bool gap = false;
+  for (std::int32_t j = j0; j < j1; ++j) {
+    if (role[j] == TokenRole::pad) gap = true;
+    else cols.push_back(j);
+  }
+  if (!gap) cols.clear();
+}
+
+// K and V rows of this tile's kv head at `cols`, packed with stride head_dim.
+void gather_keys(const Problem& p, const Tile& t, const std::vector<std::int32_t>& cols,
+                 std::vector<float>& packed) {
+  const std::int32_t d = p.dims.head_dim;
+  const auto n = static_cast<std::int64_t>(cols.size());
+  packed.resize(static_cast<std::size_t>(2 * n * d));
+  const float* k = p.k_base(t);
+  const float* v = p.v_base(t);
+  for (std::int64_t c = 0; c < n; ++c) {
+    std::copy_n(k + cols[c] * p.k.token_stride, d, packed.data() + c * d);
+    std::copy_n(v + cols[c] * p.v.token_stride, d, packed.data() + (n + c) * d);
+  }
+}
+
+void mask_row_at(const Problem& p, const Tile& t, std::int32_t i, const std::vector<std::int32_t>& cols,
+                 float* s) {
+  for (std::size_t c = 0; c < cols.size(); ++c)
+    if (!p.mask.allowed(t.b, i, cols[c])) s[c] = kNegInf;
+}
+
 void run_tile(const Problem& p, const Tile& t, std::vector<float>& work) {
+  thread_local std::vector<std::int32_t> cols;
+  thread_local std::vector<float> packed;
   const std::int32_t d = p.dims.head_dim;
   const auto [j0, j1] = key_span(p, t);
-  const std::int32_t n = j1 - j0;
+  gap_keys(p, t, j0, j1, cols);
+  const bool gathered = !cols.empty();
+  const std::int32_t n = gathered ? static_cast<std::int32_t>(cols.size()) : j1 - j0;
   if (n == 0) {  // nothing visible: zeros
     for (std::int32_t r = 0; r < t.rows; ++r) std::fill(p.out_row(t, r), p.out_row(t, r) + d, 0.0f);
     if (p.probs && p.probs->data) write_probs(p, t, 0, 0, nullptr, nullptr);
@@ -259,49 +310,78 @@ void run_tile(const Problem& p, const Tile& t, std::vector<float>& work) {
   work.resize(static_cast<std::size_t>(t.rows) * (n + 1));
   float* s = work.data();
   float* inv_sum = s + std::int64_t{t.rows} * n;
-  const float* k = p.k_base(t) + std::int64_t{j0} * p.k.token_stride;
-  const float* v = p.v_base(t) + std::int64_t{j0} * p.v.token_stride;
+  if (gathered) gather_keys(p, t, cols, packed);
+  const float* k = gathered ? packed.data() : p.k_base(t) + std::int64_t{j0} * p.k.token_stride;
+  const float* v = gathered ? packed.data() + std::int64_t{n} * d : p.v_base(t) + std::int64_t{j0} * p.v.token_stride;
+  const std::int64_t ldk = gathered ? d : p.k.token_stride;
+  const std::int64_t ldv = gathered ? d : p.v.token_stride;
   const bool gemm = std::int64_t{t.rows} * n * d >= kGemmMinWork;
 
   if (gemm) {
-    sgemm('N', 'T', t.rows, n, d, p.dims.scale, p.q_row(t, 0), p.q_ld(t), k, p.k.token_stride, s,
-          n);
+    sgemm('N', 'T', t.rows, n, d, p.dims.scale, p.q_row(t, 0), p.q_ld(t), k, ldk, s, n);
   } else {
     for (std::int32_t r = 0; r < t.rows; ++r)
-      scores_loop(p.q_row(t, r), k, p.k.token_stride, n, d, p.dims.scale, s + std::int64_t{r} * n);
+      scores_loop(p.q_row(t, r), k, ldk, n, d, p.dims.scale, s + std::int64_t{r} * n);
   }
-  const bool masked = !all_visible(p, t, j0, j1);
+  const bool masked = gathered || !all_visible(p, t, j0, j1);
   for (std::int32_t r = 0; r < t.rows; ++r) {
     float* row = s + std::int64_t{r} * n;
-    if (masked) mask_row(p, t, p.query_of(t, r), j0, n, row);
+    if (gathered) mask_row_at(p, t, p.query_of(t, r), cols, row);
+    else if (masked) mask_row(p, t, p.query_of(t, r), j0, n, row);
     inv_sum[r] = softmax_exp_row(row, n);
   }
-  if (p.probs && p.probs->data) write_probs(p, t, j0, n, s, inv_sum);
+  if (p.probs && p.probs->data) {
+    if (gathered) write_probs_at(p, t, cols, s, inv_sum);
+    else write_probs(p, t, j0, n, s, inv_sum);
+  }
   if (gemm) {
-    sgemm('N', 'N', t.rows, d, n, 1.0f, s, n, v, p.v.token_stride, p.out_row(t, 0), p.out_ld(t));
+    sgemm('N', 'N', t.rows, d, n, 1.0f, s, n, v, ldv, p.out_row(t, 0), p.out_ld(t));
   } else {
     for (std::int32_t r = 0; r < t.rows; ++r)
-      weighted_sum_loop(s + std::int64_t{r} * n, v, p.v.token_stride, n, d, p.out_row(t, r));
+      weighted_sum_loop(s + std::int64_t{r} * n, v, ldv, n, d, p.out_row(t, r));
   }
   for (std::int32_t r = 0; r < t.rows; ++r) scale_row(p.out_row(t, r), inv_sum[r], d);
+}
+
+// Queries of row b up to its last real one. Tiles never reach past it, so a row is computed
+// the same way alone or padded in any batch (results independent of the batch).
+std::int32_t real_queries(const MaskView& m, std::int32_t b) {
+  if (!m.query_role) return m.q_len;
+  std::int32_t n = m.q_len;
+  while (n > 0 && m.query_role[b * m.query_stride + n - 1] == TokenRole::pad) --n;
+  return n;
 }
 
 std::vector<Tile> make_tiles(const Problem& p) {
   std::vector<Tile> tiles;
   const MaskView& m = p.mask;
-  const bool group_rows = p.group > 1 && m.q_len < kGroupQueriesBelow;
   for (std::int32_t b = 0; b < m.batch; ++b) {
-    if (group_rows) {
+    const std::int32_t q_len = real_queries(m, b);
+    if (p.group > 1 && q_len < kGroupQueriesBelow) {
       for (std::int32_t g = 0; g < p.dims.kv_heads; ++g)
-        for (std::int32_t i = 0; i < m.q_len; ++i)
-          tiles.push_back({b, g * p.group, i, p.group, true});
+        for (std::int32_t i = 0; i < q_len; ++i) tiles.push_back({b, g * p.group, i, p.group, true});
     } else {
       for (std::int32_t h = 0; h < p.dims.heads; ++h)
-        for (std::int32_t i = 0; i < m.q_len; i += kBlockRows)
-          tiles.push_back({b, h, i, std::min(kBlockRows, m.q_len - i), false});
+        for (std::int32_t i = 0; i < q_len; i += kBlockRows)
+          tiles.push_back({b, h, i, std::min(kBlockRows, q_len - i), false});
     }
   }
   return tiles;
+}
+
+// Padding queries past a row's last real one get zeros (nobody reads them, but they stay defined).
+void zero_padding_queries(const Problem& p, MutableSeqView out) {
+  const MaskView& m = p.mask;
+  const std::int64_t width = std::int64_t{p.dims.heads} * p.dims.head_dim;
+  for (std::int32_t b = 0; b < m.batch; ++b)
+    for (std::int32_t i = real_queries(m, b); i < m.q_len; ++i) {
+      float* row = out.data + b * out.batch_stride + i * out.token_stride;
+      std::fill(row, row + width, 0.0f);
+      if (p.probs && p.probs->data) {
+        float* probs = p.probs->data + (std::int64_t{b} * m.q_len + i) * m.k_len;
+        std::fill(probs, probs + m.k_len, 0.0f);
+      }
+    }
 }
 
 void validate(const AttentionDims& dims, const MaskView& m, SeqView q, SeqView k, SeqView v,
@@ -572,6 +652,7 @@ void attention(const AttentionDims& dims, const MaskView& mask, SeqView q, SeqVi
   if (mask.batch == 0 || mask.q_len == 0) return;
   const Problem problem{dims, mask, q, k, v, out, probs, dims.heads / dims.kv_heads};
   if (small_heads(dims)) return attention_small_heads(problem);
+  zero_padding_queries(problem, out);
   const std::vector<Tile> tiles = make_tiles(problem);
   const double flops = 4.0 * mask.batch * mask.q_len * mask.k_len * dims.heads * dims.head_dim;
   const int threads = std::min<int>(numerics::threads_for(flops), static_cast<int>(tiles.size()));
