@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include "encdec_support.hpp"
@@ -222,5 +223,26 @@ TEST_CASE("beam-style selects keep each row's memory and history together", "[en
                               expected.f32() + (order[i] + 1) * vocab);
       CHECK(max_diff(got.f32() + i * vocab, want) <= kTol);
     }
+  }
+}
+
+TEST_CASE("one model decodes batches on several threads at once", "[encdec][threads]") {
+  const LoadedModel model = load_model();
+  const auto sources = bench_sources(16);
+  std::vector<Greedy> alone;
+  for (const auto& s : sources) alone.push_back(greedy(*model, s));
+  std::vector<Greedy> concurrent(sources.size());
+  {
+    std::vector<std::thread> threads;
+    for (std::size_t t = 0; t < 4; ++t)
+      threads.emplace_back([&, t] {
+        for (std::size_t i = t; i < sources.size(); i += 4)
+          concurrent[i] = greedy(*model, sources[i]);
+      });
+    for (auto& th : threads) th.join();
+  }
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    CHECK(concurrent[i].tokens == alone[i].tokens);
+    CHECK(concurrent[i].logits == alone[i].logits);
   }
 }
