@@ -67,7 +67,9 @@ EncoderDecoderModel::EncoderDecoderModel(const std::filesystem::path& path)
   const EncDecConfig& c = config_;
   load_embeddings(w);
   source_positions_ = position_table(w, c, "encoder");
-  target_positions_ = position_table(w, c, "decoder");
+  target_positions_ = c.positions.kind == PositionKind::sinusoidal  // one table serves both
+                          ? source_positions_
+                          : position_table(w, c, "decoder");
   for (std::int32_t l = 0; l < c.encoder_layers; ++l)
     encoder_.emplace_back(w, layer_prefix("encoder", l), c);
   for (std::int32_t l = 0; l < c.decoder_layers; ++l)
