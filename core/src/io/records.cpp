@@ -3,6 +3,9 @@
 #include <charconv>
 #include <cstring>
 
+#include <poll.h>
+#include <unistd.h>
+
 #include "masque/error.hpp"
 
 namespace masque {
@@ -90,10 +93,19 @@ RecordReader::RecordReader(std::FILE* in, InputOptions options)
   if (options_.format == InputFormat::tsv && !options_.columns.empty()) header_read_ = true;
 }
 
+// read(2), not fread: fread on a pipe waits until the whole buffer is full, which would hold
+// records back from a slow producer. EINTR is left to the caller (a signal stops the run).
 bool RecordReader::fill() {
-  pos_ = 0;
-  end_ = std::fread(buffer_.data(), 1, buffer_.size(), in_);
-  return end_ > 0;
+  pos_ = end_ = 0;
+  const int fd = fileno(in_);
+  if (fd < 0) {  // a stream without a descriptor (fmemopen)
+    end_ = std::fread(buffer_.data(), 1, buffer_.size(), in_);
+    return end_ > 0;
+  }
+  ssize_t n = ::read(fd, buffer_.data(), buffer_.size());
+  if (n <= 0) return false;
+  end_ = static_cast<std::size_t>(n);
+  return true;
 }
 
 // Reads up to the next '\n' (exclusive). Bytes beyond max_record_bytes are counted but not
@@ -126,6 +138,12 @@ RecordReader::LineStatus RecordReader::read_line(std::string& line, std::size_t&
   if (too_long) return LineStatus::too_long;
   if (!line.empty() && line.back() == '\r') line.pop_back();
   return LineStatus::ok;
+}
+
+bool RecordReader::would_block() const {
+  if (pos_ < end_) return false;
+  pollfd p{fileno(in_), POLLIN, 0};
+  return ::poll(&p, 1, 0) == 0;
 }
 
 bool RecordReader::next(Record& record) {

@@ -42,6 +42,8 @@ class RecordReader {
   // False at end of input.
   bool next(Record& record);
   std::uint64_t bytes_read() const { return bytes_read_; }
+  // True when the next record is not buffered and the input has nothing to read yet.
+  bool would_block() const;
 
  private:
   enum class LineStatus { ok, too_long, eof };

@@ -104,9 +104,11 @@ struct Progress {
     std::snprintf(rate, sizeof rate, ", %.0f tokens/s", elapsed > 0 ? s.tokens / elapsed : 0.0);
     line += rate;
     line += ", " + format_duration(elapsed) + " elapsed";
-    if (input_size > 0 && bytes_read > 0 && elapsed > 1) {
-      double frac = std::min(1.0, static_cast<double>(bytes_read) / input_size);
-      line += ", ETA " + format_duration(elapsed / frac - elapsed);
+    if (input_size > 0 && bytes_read > 0) {
+      const double frac = std::min(1.0, static_cast<double>(bytes_read) / input_size);
+      char pct[32];
+      std::snprintf(pct, sizeof pct, " (%.0f%% read)", 100 * frac);
+      line += ", ETA " + format_duration(elapsed / frac - elapsed) + pct;
     }
     std::fprintf(stderr, "\r\033[K%s", line.c_str());
     std::fflush(stderr);
@@ -117,13 +119,6 @@ struct Progress {
     shown = false;
   }
 };
-
-// True when reading more would block (interactive or slow producers): flush the window first
-// so output keeps up with input.
-bool input_would_block(std::FILE* in) {
-  pollfd p{fileno(in), POLLIN, 0};
-  return poll(&p, 1, 0) == 0;
-}
 
 }  // namespace
 
@@ -275,7 +270,8 @@ RunStats run_corpus(const Task& task, std::FILE* in, std::FILE* out, const RunOp
   };
 
   while (!stop.load() && g_signal.load() == 0) {
-    if (!window.empty() && input_would_block(in)) submit_window();
+    // A slow or interactive producer: run what is read before waiting for more.
+    if (!window.empty() && reader.would_block()) submit_window();
     auto item = std::make_unique<Item>();
     if (!reader.next(item->record)) break;
     bytes_read = reader.bytes_read();
