@@ -168,10 +168,10 @@ void ModelStepper::select(std::span<const std::int32_t> rows) {
   state_->select(rows);
   if (logits_.empty()) return;
   const std::int64_t vocab = logits_.dim(-1);
-  Tensor picked({static_cast<std::int64_t>(rows.size()), vocab});
+  spare_.resize({static_cast<std::int64_t>(rows.size()), vocab});  // reused: no allocation per step
   for (std::size_t i = 0; i < rows.size(); ++i)
-    std::copy_n(logits_.f32() + rows[i] * vocab, vocab, picked.f32() + i * vocab);
-  logits_ = std::move(picked);
+    std::copy_n(logits_.f32() + rows[i] * vocab, vocab, spare_.f32() + i * vocab);
+  std::swap(logits_, spare_);
 }
 
 void add_hypotheses(Result& result, const DecodeResult& decoded, const Tokenizer* tokenizer,

@@ -92,6 +92,7 @@ class ModelStepper final : public Stepper {
   const Model& model_;
   std::unique_ptr<DecodeState> state_;
   Tensor logits_;
+  Tensor spare_;  // the other logits buffer for select()
   std::vector<StepperRecord> records_;
   std::vector<TokenId> end_tokens_;
   std::int32_t step_token_type_;

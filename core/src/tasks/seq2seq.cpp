@@ -103,7 +103,9 @@ class Seq2SeqTask final : public Task {
       specs[i].segments.assign(items[i]->tokens.size(), 0);
       specs[i].token_types.assign(items[i]->tokens.size(), 0);
       records[i].id = items[i]->record.id;
-      records[i].context = items[i]->tokens;
+      // Repetition penalties look at earlier target tokens: the UniLM source shares their
+      // vocabulary, an encoder-decoder's source does not.
+      if (unilm) records[i].context = items[i]->tokens;
       records[i].prefix = prefix;
       if (unilm && info.max_positions > 0)
         records[i].max_steps = info.max_positions - static_cast<std::int32_t>(items[i]->tokens.size());
