@@ -56,6 +56,28 @@ std::optional<std::vector<std::int32_t>> int_array_field(const Record& record, c
   return out;
 }
 
+ParamSpec mask_token_param() {
+  return {.name = "mask_token_id",
+          .type = ParamType::integer,
+          .default_value = "-1",
+          .help = "id of the [MASK] token, also fed as the query token of the query-stream mask "
+                  "(-1 = the tokenizer's [MASK])",
+          .min = -1};
+}
+
+TokenId mask_token(const Params& task_params, const Tokenizer* tokenizer) {
+  const std::int64_t id = task_params.get_int("mask_token_id");
+  if (id >= 0) return static_cast<TokenId>(id);
+  return tokenizer ? tokenizer->special_tokens().mask : -1;
+}
+
+TokenId require_mask_token(const Params& task_params, const Tokenizer* tokenizer, const char* task) {
+  const TokenId id = mask_token(task_params, tokenizer);
+  if (id < 0)
+    throw ConfigError(std::string(task) + " needs a [MASK] token: a tokenizer that has one, or task.mask_token_id");
+  return id;
+}
+
 BuiltBatch build_batch(std::span<const SequenceSpec> sequences, const MaskStrategy& mask,
                        TokenId pad_token, TokenId query_token) {
   std::vector<SequenceMask> masks;
@@ -115,6 +137,11 @@ SequenceMask all_visible(std::size_t length) {
   m.rank.assign(length, 0);
   m.role.assign(length, TokenRole::content);
   return m;
+}
+
+std::span<const float> logits_row(const Tensor& logits, std::size_t row) {
+  const auto vocab = static_cast<std::size_t>(logits.dim(-1));
+  return {logits.f32() + row * vocab, vocab};
 }
 
 std::vector<std::int32_t> top_k(std::span<const float> logits, std::size_t k) {

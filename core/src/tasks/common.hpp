@@ -31,6 +31,12 @@ void check_length(const Item& item, std::size_t tokens, const Params& task_param
 // An optional integer array field of a JSON-lines record ("order", "segments", ...).
 std::optional<std::vector<std::int32_t>> int_array_field(const Record& record, const char* name);
 
+// The task parameter `mask_token_id` (-1 = the tokenizer's [MASK]) and its value: the id of the
+// [MASK] / query token, or -1 when there is none. `require_mask_token` makes that a ConfigError.
+ParamSpec mask_token_param();
+TokenId mask_token(const Params& task_params, const Tokenizer* tokenizer);
+TokenId require_mask_token(const Params& task_params, const Tokenizer* tokenizer, const char* task);
+
 // One sequence of a batch as a task sees it.
 struct SequenceSpec {
   std::vector<TokenId> ids;              // content tokens
@@ -53,6 +59,9 @@ BuiltBatch assemble_batch(std::span<const SequenceSpec> sequences, std::vector<S
                           TokenId pad_token, TokenId query_token);
 // A mask in which every token sees every token (pads excepted).
 SequenceMask all_visible(std::size_t length);
+
+// Row `row` of a [rows, vocab] logits tensor.
+std::span<const float> logits_row(const Tensor& logits, std::size_t row);
 
 // The top-k ids of a logits row (descending, smaller id first on ties).
 std::vector<std::int32_t> top_k(std::span<const float> logits, std::size_t k);

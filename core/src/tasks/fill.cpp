@@ -16,10 +16,7 @@ class FillTask final : public Task {
         tokenizer_(plugins.tokenizer.get()),
         mask_(*plugins.mask),
         top_k_(static_cast<std::size_t>(params_.get_int("top_k"))) {
-    std::int64_t id = params_.get_int("mask_token_id");
-    mask_token_ = id >= 0 ? static_cast<TokenId>(id) : tokenizer_ ? tokenizer_->special_tokens().mask : -1;
-    if (mask_token_ < 0)
-      throw ConfigError("fill needs a [MASK] token: a tokenizer that has one, or task.mask_token_id");
+    mask_token_ = require_mask_token(params_, tokenizer_, "fill");
     if (model_.info().kind == ModelKind::encoder_decoder)
       throw ConfigError("fill needs a BERT-like (encoder-only) or decoder-only model");
   }
@@ -46,7 +43,6 @@ class FillTask final : public Task {
       for (std::size_t t = 0; t < items[i]->tokens.size(); ++t)
         if (items[i]->tokens[t] == mask_token_) b.output_rows.push_back(static_cast<std::int32_t>(i * b.length + t));
     ForwardResult out = model_.forward(b);
-    const std::int64_t vocab = out.logits.dim(-1);
     std::vector<Result> results;
     std::size_t row = 0;
     for (Item* item : items) {
@@ -57,7 +53,7 @@ class FillTask final : public Task {
       auto masks = nlohmann::ordered_json::array();
       for (std::size_t t = 0; t < filled.size(); ++t) {
         if (item->tokens[t] != mask_token_) continue;
-        std::span<const float> logits(out.logits.f32() + row++ * vocab, static_cast<std::size_t>(vocab));
+        std::span<const float> logits = logits_row(out.logits, row++);
         const double lse = logsumexp(logits);
         auto candidates = nlohmann::ordered_json::array();
         auto top = top_k(logits, top_k_);
@@ -106,11 +102,7 @@ const TaskRegistration registration({
                          .help = "candidates listed per masked position",
                          .min = 1,
                          .max = 100000},
-                        {.name = "mask_token_id",
-                         .type = ParamType::integer,
-                         .default_value = "-1",
-                         .help = "id of the mask token (-1 = the tokenizer's [MASK])",
-                         .min = -1}},
+                        mask_token_param()},
              .required_sections = {"model", "mask"},
              .optional_sections = {"tokenizer"},
              .default_plugins = {{"mask", "bidirectional"}}},

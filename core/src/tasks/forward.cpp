@@ -25,8 +25,7 @@ class ForwardTask final : public Task {
         add_special_(params_.get_bool("add_special")) {
     if (model_.info().kind == ModelKind::encoder_decoder)
       throw ConfigError("the forward task runs decoder-only and encoder-only models; encoder-decoder models are run by seq2seq");
-    std::int64_t id = params_.get_int("mask_token_id");
-    query_token_ = id >= 0 ? static_cast<TokenId>(id) : tokenizer_ ? tokenizer_->special_tokens().mask : -1;
+    query_token_ = mask_token(params_, tokenizer_);
   }
 
   void prepare(Item& item) const override {
@@ -62,7 +61,6 @@ class ForwardTask final : public Task {
       for (std::size_t t = 0; t < built.masks[i].size(); ++t)
         b.output_rows.push_back(static_cast<std::int32_t>(i * b.length + t));
     ForwardResult out = model_.forward(b);
-    const std::int64_t vocab = out.logits.dim(-1);
     std::vector<Result> results;
     std::size_t row = 0;
     for (std::size_t i = 0; i < items.size(); ++i) {
@@ -75,7 +73,7 @@ class ForwardTask final : public Task {
       if (!m.order.empty()) r.object["order"] = m.order;
       auto positions = nlohmann::ordered_json::array();
       for (std::size_t t = 0; t < m.size(); ++t, ++row) {
-        std::span<const float> logits(out.logits.f32() + row * vocab, static_cast<std::size_t>(vocab));
+        std::span<const float> logits = logits_row(out.logits, row);
         nlohmann::ordered_json p;
         p["position"] = b.positions[i * b.length + t];
         if (t >= n) p["query"] = true;
@@ -135,11 +133,7 @@ const TaskRegistration registration({
                          .type = ParamType::boolean,
                          .default_value = "true",
                          .help = "text records get the special tokens the model expects ([CLS]/[SEP], BOS)"},
-                        {.name = "mask_token_id",
-                         .type = ParamType::integer,
-                         .default_value = "-1",
-                         .help = "id of the query token the query-stream mask appends (-1 = the tokenizer's [MASK])",
-                         .min = -1}},
+                        mask_token_param()},
              .required_sections = {"model", "mask"},
              .optional_sections = {"tokenizer"},
              .default_plugins = {{"mask", "causal"}}},

@@ -88,15 +88,13 @@ class LmScoreTask final : public Task {
       for (std::size_t t = 0; t + 1 < items[i]->tokens.size(); ++t)
         b.output_rows.push_back(static_cast<std::int32_t>(i * b.length + t));
     ForwardResult out = model_.forward(b);
-    const std::int64_t vocab = out.logits.dim(-1);
     std::size_t row = 0;
     for (Item* item : items) {
       const auto& ids = item->tokens;
       std::vector<double> lps(ids.size() - 1);
       double nll = 0;
       for (std::size_t t = 0; t + 1 < ids.size(); ++t, ++row) {
-        std::span<const float> logits(out.logits.f32() + row * vocab, static_cast<std::size_t>(vocab));
-        lps[t] = log_prob(logits, ids[t + 1]);
+        lps[t] = log_prob(logits_row(out.logits, row), ids[t + 1]);
         nll -= lps[t];
       }
       const double scored = static_cast<double>(ids.size() - 1);

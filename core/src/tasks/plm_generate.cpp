@@ -143,7 +143,7 @@ class PlmStepper final : public Stepper {
       std::size_t pick = 0;
       double best_conf = -1e300;
       for (std::size_t c = 0; c < candidates[r].size() && candidates[r].size() > 1; ++c) {
-        double conf = confidence({result.logits.f32() + (k + c) * v, static_cast<std::size_t>(v)});
+        double conf = confidence(logits_row(result.logits, k + c));
         if (conf > best_conf) best_conf = conf, pick = c;
       }
       rows_[r].next = candidates[r][pick];
@@ -230,9 +230,7 @@ class PlmGenerateTask final : public Task {
         decoder_(*plugins.decoder),
         method_(parse_plm_method(params_.get_string("method"))),
         confidence_(params_.get_string("order_by") == "confidence") {
-    std::int64_t id = params_.get_int("mask_token_id");
-    mask_token_ = id >= 0 ? static_cast<TokenId>(id) : tokenizer_ ? tokenizer_->special_tokens().mask : -1;
-    if (mask_token_ < 0) throw ConfigError("plm-generate needs a [MASK] token: a tokenizer with one, or task.mask_token_id");
+    mask_token_ = require_mask_token(params_, tokenizer_, "plm-generate");
     if (model_.info().kind != ModelKind::encoder_only)
       throw ConfigError("plm-generate needs a BERT-like (encoder-only) model");
   }
@@ -337,11 +335,7 @@ const TaskRegistration registration({
                                  "record's `order`); confidence: the position whose best token is most "
                                  "probable first",
                          .choices = "mask|confidence"},
-                        {.name = "mask_token_id",
-                         .type = ParamType::integer,
-                         .default_value = "-1",
-                         .help = "id of the [MASK] token (-1 = the tokenizer's)",
-                         .min = -1}},
+                        mask_token_param()},
              .required_sections = {"model", "mask", "decoder"},
              .optional_sections = {"tokenizer"},
              .default_plugins = {{"mask", "permutation"}, {"decoder", "greedy"}}},

@@ -22,9 +22,7 @@ class PlmScoreTask final : public Task {
         tokenizer_(plugins.tokenizer.get()),
         mask_(*plugins.mask),
         method_(parse_plm_method(params_.get_string("method"))) {
-    std::int64_t id = params_.get_int("mask_token_id");
-    mask_token_ = id >= 0 ? static_cast<TokenId>(id) : tokenizer_ ? tokenizer_->special_tokens().mask : -1;
-    if (mask_token_ < 0) throw ConfigError("plm-score needs a [MASK] token: a tokenizer with one, or task.mask_token_id");
+    mask_token_ = require_mask_token(params_, tokenizer_, "plm-score");
     if (model_.info().kind != ModelKind::encoder_only)
       throw ConfigError("plm-score needs a BERT-like (encoder-only) model");
   }
@@ -212,8 +210,7 @@ class PlmScoreTask final : public Task {
   }
 
   static double row_logprob(const Tensor& logits, std::size_t row, TokenId id) {
-    const std::int64_t vocab = logits.dim(-1);
-    return log_prob(std::span<const float>(logits.f32() + row * vocab, static_cast<std::size_t>(vocab)), id);
+    return log_prob(logits_row(logits, row), id);
   }
 
   const Params& params_;
@@ -240,11 +237,7 @@ const TaskRegistration registration({
                                  "incremental: the same step by step with the KV cache; visible-mask: "
                                  "for plain BERT checkpoints, positions not yet revealed are [MASK] tokens",
                          .choices = "query-stream|incremental|visible-mask"},
-                        {.name = "mask_token_id",
-                         .type = ParamType::integer,
-                         .default_value = "-1",
-                         .help = "id of the [MASK] token (-1 = the tokenizer's)",
-                         .min = -1}},
+                        mask_token_param()},
              .required_sections = {"model", "mask"},
              .optional_sections = {"tokenizer"},
              .default_plugins = {{"mask", "permutation"}}},
