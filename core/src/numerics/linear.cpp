@@ -3,13 +3,25 @@
 // Packing: the weight is reordered once into the layout oneDNN's matmul prefers (format_tag
 // any), which is 10-20% faster than plain row-major weights on large shapes. Primitives: one per
 // (rows, thread count), created on first use and kept; executing never creates anything except
-// two memory handles.
+// two memory handles. A bf16 layer packs bfloat16 weights and rounds each call's input rows to
+// bfloat16 in a per-thread buffer (oneDNN 2.6 wants both operands in one type).
+//
+// Parts: oneDNN's bf16 matmul splits a deep product (more than about 1024 inputs) into chunks
+// whose size depends on the row count and thread count, so a row's result would depend on its
+// batch. A bf16 layer deeper than kMaxBf16Depth is therefore computed as several products over
+// input slices of at most that depth, each added onto the output (a sum post-op) in a fixed
+// order. An f32 layer is one part.
+#include <algorithm>
+#include <bit>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -18,6 +30,7 @@
 #include "masque/threading.hpp"
 #include "numerics/dnnl_context.hpp"
 #include "numerics/parallel.hpp"
+#include "numerics/simd.hpp"
 #include "numerics/tensor_checks.hpp"
 
 namespace masque {
@@ -36,6 +49,9 @@ constexpr std::int64_t kPackRows = 64;
 constexpr std::int64_t kParallelMinRows = 16;
 // Primitives kept per layer; beyond this the cache starts afresh (row counts are usually few).
 constexpr std::size_t kMaxCachedPrimitives = 256;
+// The deepest bf16 product whose result oneDNN 2.6 computes the same way for every row count
+// (measured with AMX; see Parts above).
+constexpr std::int64_t kMaxBf16Depth = 1024;
 
 dnnl::algorithm eltwise_of(Activation a) {
   switch (a) {
@@ -53,16 +69,18 @@ dnnl::algorithm eltwise_of(Activation a) {
   return dnnl::algorithm::undef;
 }
 
-dnnl::primitive_attr make_attr(Activation activation) {
+// accumulate: add onto the output (a later part); activation: applied last (the last part).
+dnnl::primitive_attr make_attr(bool accumulate, Activation activation) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::post_ops ops;
+  if (accumulate) ops.append_sum(1.0f);
   if (activation != Activation::none) {
-    dnnl::post_ops ops;
     // swish(x) = x * sigmoid(alpha x): alpha 1 is SiLU; alpha is ignored by the others.
     ops.append_eltwise(1.0f, eltwise_of(activation), activation == Activation::silu ? 1.0f : 0.0f,
                        0.0f);
-    attr.set_post_ops(ops);
   }
+  if (ops.len() > 0) attr.set_post_ops(ops);
   return attr;
 }
 
@@ -71,8 +89,15 @@ dnnl::primitive_attr make_attr(Activation activation) {
 struct Linear::Impl {
   std::int64_t in = 0, out = 0;
   Activation activation = Activation::none;
-  dnnl::memory::desc weights_md;  // packed
-  dnnl::memory weights;
+  dt compute = dt::f32;  // input and weight type
+  // The product over inputs [begin, begin + depth): the first part adds the bias, later ones
+  // add onto the output, the last applies the activation.
+  struct Part {
+    std::int64_t begin = 0, depth = 0;
+    dnnl::memory::desc weights_md;  // packed
+    dnnl::memory weights;
+  };
+  std::vector<Part> parts;
   dnnl::memory::desc bias_md;  // zero desc when there is no bias
   dnnl::memory bias;
 
@@ -82,40 +107,52 @@ struct Linear::Impl {
     std::size_t scratchpad_bytes = 0;
     dnnl::memory weights;  // the packed weights, or a copy in the layout this primitive wants
   };
+  using Key = std::tuple<std::int64_t, int, std::size_t>;  // rows, threads, part
   mutable std::mutex mutex;
-  mutable std::map<std::pair<std::int64_t, int>, std::shared_ptr<const Executable>> cache;
+  mutable std::map<Key, std::shared_ptr<const Executable>> cache;
 
-  dnnl::matmul::primitive_desc describe(std::int64_t rows, const dnnl::memory::desc& wmd) const;
-  std::shared_ptr<const Executable> create(std::int64_t rows) const;
-  std::shared_ptr<const Executable> get(std::int64_t rows) const;
+  dnnl::matmul::primitive_desc describe(std::int64_t rows, std::size_t part,
+                                        const dnnl::memory::desc& wmd) const;
+  std::shared_ptr<const Executable> create(std::int64_t rows, std::size_t part) const;
+  std::shared_ptr<const Executable> get(std::int64_t rows, std::size_t part) const;
+  // One part's product: x (rows x the part's depth, dense) into y.
+  void run(std::int64_t rows, std::size_t part, const void* x, float* y) const;
+  // x rounded to bfloat16 in the calling thread's buffer, part by part: part p's columns of
+  // every row, rows x depth, start at rows * begin (a dense operand for each product).
+  const std::uint16_t* to_bf16(const float* x, std::int64_t rows) const;
 };
 
-dnnl::matmul::primitive_desc Linear::Impl::describe(std::int64_t rows,
+dnnl::matmul::primitive_desc Linear::Impl::describe(std::int64_t rows, std::size_t part,
                                                     const dnnl::memory::desc& wmd) const {
-  dnnl::memory::desc src({rows, in}, dt::f32, tag::ab);
+  const bool first = part == 0, last = part + 1 == parts.size();
+  dnnl::memory::desc src({rows, parts[part].depth}, compute, tag::ab);
   dnnl::memory::desc dst({rows, out}, dt::f32, tag::ab);
-  dnnl::matmul::desc desc = bias_md.is_zero() ? dnnl::matmul::desc(src, wmd, dst)
-                                              : dnnl::matmul::desc(src, wmd, bias_md, dst);
-  return dnnl::matmul::primitive_desc(desc, make_attr(activation), cpu_engine());
+  dnnl::matmul::desc desc = bias_md.is_zero() || !first
+                                ? dnnl::matmul::desc(src, wmd, dst)
+                                : dnnl::matmul::desc(src, wmd, bias_md, dst);
+  return dnnl::matmul::primitive_desc(desc, make_attr(!first, last ? activation : Activation::none),
+                                      cpu_engine());
 }
 
-std::shared_ptr<const Linear::Impl::Executable> Linear::Impl::create(std::int64_t rows) const {
+std::shared_ptr<const Linear::Impl::Executable> Linear::Impl::create(std::int64_t rows,
+                                                                     std::size_t part) const {
   auto exe = std::make_shared<Executable>();
+  const Part& p = parts[part];
   dnnl::matmul::primitive_desc pd;
   bool packed_ok = true;
   try {
-    pd = describe(rows, weights_md);
+    pd = describe(rows, part, p.weights_md);
     packed_ok = std::string(pd.impl_info_str()).rfind("ref", 0) != 0;
   } catch (const dnnl::error&) {
     packed_ok = false;
   }
   if (packed_ok) {
-    exe->weights = weights;
+    exe->weights = p.weights;
   } else {
     // This row count wants another layout: give it its own copy (rare; memory over speed).
-    pd = describe(rows, dnnl::memory::desc({in, out}, dt::f32, tag::any));
+    pd = describe(rows, part, dnnl::memory::desc({p.depth, out}, compute, tag::any));
     exe->weights = dnnl::memory(pd.weights_desc(), cpu_engine());
-    dnnl::memory src = weights;
+    dnnl::memory src = p.weights;
     dnnl::reorder(src, exe->weights).execute(thread_stream(), src, exe->weights);
     thread_stream().wait();
   }
@@ -126,15 +163,16 @@ std::shared_ptr<const Linear::Impl::Executable> Linear::Impl::create(std::int64_
   return exe;
 }
 
-std::shared_ptr<const Linear::Impl::Executable> Linear::Impl::get(std::int64_t rows) const {
-  const auto key = std::make_pair(rows, thread_count());
+std::shared_ptr<const Linear::Impl::Executable> Linear::Impl::get(std::int64_t rows,
+                                                                  std::size_t part) const {
+  const Key key{rows, thread_count(), part};
   {
     std::lock_guard lock(mutex);
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
   // Created outside the lock: another thread may race to the same key; both are valid.
-  auto exe = create(rows);
+  auto exe = create(rows, part);
   std::lock_guard lock(mutex);
   if (cache.size() >= kMaxCachedPrimitives) cache.clear();
   return cache.emplace(key, std::move(exe)).first->second;
@@ -142,11 +180,34 @@ std::shared_ptr<const Linear::Impl::Executable> Linear::Impl::get(std::int64_t r
 
 namespace {
 
-// The weight as a [K, N] f32 memory in its stored layout (a view of the tensor's data).
+dt compute_type(DType compute) {
+  if (compute == DType::f32) return dt::f32;
+  if (compute == DType::bf16) return dt::bf16;
+  throw RuntimeError(std::string("Linear: matmuls compute in f32 or bf16, not ") +
+                     to_string(compute));
+}
+
+// Rows [begin, begin + depth) of the weight as a [K, N] f32 memory in its stored layout (a view
+// of the tensor's data, whose full shape is in x out in `layout`).
 dnnl::memory source_weights(const Tensor& w32, WeightLayout layout, std::int64_t in,
-                            std::int64_t out) {
-  dnnl::memory::desc md({in, out}, dt::f32, layout == WeightLayout::out_in ? tag::ba : tag::ab);
-  return dnnl::memory(md, cpu_engine(), const_cast<float*>(w32.f32()));
+                            std::int64_t out, std::int64_t begin, std::int64_t depth) {
+  const bool out_in = layout == WeightLayout::out_in;  // element (k, n) at n * in + k
+  dnnl::memory::desc md({depth, out}, dt::f32,
+                        out_in ? dnnl::memory::dims{1, in} : dnnl::memory::dims{out, 1});
+  float* data = const_cast<float*>(w32.f32()) + (out_in ? begin : begin * out);
+  return dnnl::memory(md, cpu_engine(), data);
+}
+
+// The input slices of the parts: one for f32; slices of at most kMaxBf16Depth for bf16, equal
+// up to a multiple of 32 (the depth of one AMX bf16 step).
+std::vector<std::pair<std::int64_t, std::int64_t>> input_slices(std::int64_t in, dt compute) {
+  if (compute != dt::bf16 || in <= kMaxBf16Depth) return {{0, in}};
+  const std::int64_t count = (in + kMaxBf16Depth - 1) / kMaxBf16Depth;
+  const std::int64_t depth = std::min(kMaxBf16Depth, ((in + count - 1) / count + 31) / 32 * 32);
+  std::vector<std::pair<std::int64_t, std::int64_t>> slices;
+  for (std::int64_t begin = 0; begin < in; begin += depth)
+    slices.emplace_back(begin, std::min(depth, in - begin));
+  return slices;
 }
 
 }  // namespace
@@ -160,11 +221,11 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options) 
   impl->in = weight.dim(out_in ? 1 : 0);
   impl->out = weight.dim(out_in ? 0 : 1);
   impl->activation = options.activation;
+  impl->compute = compute_type(options.compute);
   if (impl->in == 0 || impl->out == 0)
     throw RuntimeError("Linear: empty weight " + to_string(weight.shape()));
 
   const Tensor w32 = weight.dtype() == DType::f32 ? weight : weight.to_f32();
-  dnnl::memory src = source_weights(w32, options.layout, impl->in, impl->out);
   if (!bias.empty()) {
     numerics::require_vector(bias.dtype() == DType::f32 ? bias : bias.to_f32(), impl->out, "Linear",
                              "bias");
@@ -173,10 +234,24 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options) 
     const Tensor b32 = bias.dtype() == DType::f32 ? bias : bias.to_f32();
     std::memcpy(impl->bias.get_data_handle(), b32.f32(), b32.bytes());
   }
-  auto pd = impl->describe(kPackRows, dnnl::memory::desc({impl->in, impl->out}, dt::f32, tag::any));
-  impl->weights_md = pd.weights_desc();
-  impl->weights = dnnl::memory(impl->weights_md, cpu_engine());
-  dnnl::reorder(src, impl->weights).execute(thread_stream(), src, impl->weights);
+  for (const auto& [begin, depth] : input_slices(impl->in, impl->compute))
+    impl->parts.push_back({.begin = begin, .depth = depth, .weights_md = {}, .weights = {}});
+  for (std::size_t i = 0; i < impl->parts.size(); ++i) {
+    Impl::Part& part = impl->parts[i];
+    dnnl::matmul::primitive_desc pd;
+    try {
+      pd = impl->describe(kPackRows, i,
+                          dnnl::memory::desc({part.depth, impl->out}, impl->compute, tag::any));
+    } catch (const dnnl::error& e) {
+      throw RuntimeError(std::string("Linear: oneDNN has no ") + to_string(options.compute) +
+                         " matmul on this CPU (" + e.what() + ")");
+    }
+    dnnl::memory src =
+        source_weights(w32, options.layout, impl->in, impl->out, part.begin, part.depth);
+    part.weights_md = pd.weights_desc();
+    part.weights = dnnl::memory(part.weights_md, cpu_engine());
+    dnnl::reorder(src, part.weights).execute(thread_stream(), src, part.weights);
+  }
   thread_stream().wait();
   impl_ = std::move(impl);
 }
@@ -232,6 +307,9 @@ std::int64_t Linear::out_features() const {
 Activation Linear::activation() const {
   return impl_ ? impl_->activation : Activation::none;
 }
+DType Linear::compute() const {
+  return impl_ && impl_->compute == dt::bf16 ? DType::bf16 : DType::f32;
+}
 
 namespace {
 
@@ -263,7 +341,30 @@ Bound& bound_memories(const std::shared_ptr<const void>& exe, const dnnl::memory
   return b;
 }
 
+// Rounds to bfloat16, to nearest even as oneDNN's reorders do; a NaN stays a (quiet) NaN.
+MASQUE_VECTORIZE void round_to_bf16(const float* __restrict x, std::int64_t n,
+                                    std::uint16_t* __restrict out) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto u = std::bit_cast<std::uint32_t>(x[i]);
+    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    out[i] = static_cast<std::uint16_t>(x[i] != x[i] ? (u >> 16) | 0x40u : rounded);
+  }
+}
+
 }  // namespace
+
+const std::uint16_t* Linear::Impl::to_bf16(const float* x, std::int64_t rows) const {
+  thread_local std::vector<std::uint16_t> buffer;  // kept between calls
+  if (buffer.size() < static_cast<std::size_t>(rows * in)) buffer.resize(rows * in);
+  if (parts.size() == 1) {
+    round_to_bf16(x, rows * in, buffer.data());
+    return buffer.data();
+  }
+  for (const Part& p : parts)
+    for (std::int64_t r = 0; r < rows; ++r)
+      round_to_bf16(x + r * in + p.begin, p.depth, buffer.data() + rows * p.begin + r * p.depth);
+  return buffer.data();
+}
 
 void Linear::forward(const float* x, std::int64_t rows, float* y) const {
   if (!impl_) throw RuntimeError("Linear used before construction");
@@ -273,16 +374,24 @@ void Linear::forward(const float* x, std::int64_t rows, float* y) const {
   const double flops = 2.0 * rows * impl_->in * impl_->out;
   std::optional<ThreadScope> one;
   if (rows < kParallelMinRows || numerics::threads_for(flops) == 1) one.emplace(1);
-  auto exe = impl_->get(rows);
+  const bool bf16 = impl_->compute == dt::bf16;
+  if (!bf16) return impl_->run(rows, 0, x, y);  // f32: one part
+  const std::uint16_t* src = impl_->to_bf16(x, rows);
+  for (std::size_t part = 0; part < impl_->parts.size(); ++part)
+    impl_->run(rows, part, src + rows * impl_->parts[part].begin, y);
+}
+
+void Linear::Impl::run(std::int64_t rows, std::size_t part, const void* x, float* y) const {
+  auto exe = get(rows, part);
   Bound& b = bound_memories(exe, exe->src_md, exe->dst_md, exe->scratchpad_bytes);
-  b.src.set_data_handle(const_cast<float*>(x));
+  b.src.set_data_handle(const_cast<void*>(x));
   b.dst.set_data_handle(y);
   dnnl_exec_arg_t args[5];
   int n = 0;
   args[n++] = {DNNL_ARG_SRC, b.src.get()};
   args[n++] = {DNNL_ARG_WEIGHTS, exe->weights.get()};
   args[n++] = {DNNL_ARG_DST, b.dst.get()};
-  if (!impl_->bias_md.is_zero()) args[n++] = {DNNL_ARG_BIAS, impl_->bias.get()};
+  if (!bias_md.is_zero() && part == 0) args[n++] = {DNNL_ARG_BIAS, bias.get()};
   if (exe->scratchpad_bytes > 0) {
     b.scratchpad.set_data_handle(numerics::thread_scratchpad(exe->scratchpad_bytes));
     args[n++] = {DNNL_ARG_SCRATCHPAD, b.scratchpad.get()};
