@@ -47,14 +47,20 @@ inline const PluginDescriptor& descriptor_of(const boost::dll::shared_library& l
   return *d;
 }
 
-// Creates a plugin object; `params` must set every declared parameter (the host would).
+// Creates a plugin object; `params` must set every declared parameter (the host would), except
+// string parameters with a default, which get it as the host would fill it.
 template <typename T>
 LoadedPlugin<T> load_plugin(const std::string& kind, const std::string& name,
-                            const Params& params = {}) {
+                            const Params& given = {}) {
   const PluginDescriptor& d = descriptor_of(open_plugin(kind, name));
-  for (std::uint32_t i = 0; i < d.num_params; ++i)
-    if (!params.has(d.params[i].name))
-      throw std::runtime_error(name + ": parameter '" + d.params[i].name + "' is not set");
+  Params params = given;
+  for (std::uint32_t i = 0; i < d.num_params; ++i) {
+    const ParamSpec& spec = d.params[i];
+    if (params.has(spec.name)) continue;
+    if (spec.type != ParamType::string || (spec.flags & kParamRequired))
+      throw std::runtime_error(name + ": parameter '" + spec.name + "' is not set");
+    params.set(spec.name, std::string(spec.default_value));
+  }
   std::unique_ptr<Plugin> plugin(d.create(params));
   auto* object = dynamic_cast<T*>(plugin.get());
   if (!object) throw std::runtime_error(name + " did not create the expected kind of object");

@@ -136,7 +136,7 @@ class AppendGuard {
 // ---- Block ----------------------------------------------------------------------------------
 
 Block::Block(const SafeTensors& weights, const std::string& prefix, const Gpt2Config& config,
-             std::int32_t index)
+             std::int32_t index, DType compute)
     : index_(index) {
   const std::int64_t c = config.hidden, inner = config.inner;
   auto vector = [&](const char* name, std::int64_t n) {
@@ -146,7 +146,7 @@ Block::Block(const SafeTensors& weights, const std::string& prefix, const Gpt2Co
   auto conv1d = [&](const char* name, std::int64_t in, std::int64_t out, Activation act) {
     return Linear(weights.get_f32(prefix + name + ".weight", {in, out}),
                   vector((std::string(name) + ".bias").c_str(), out),
-                  {.activation = act, .layout = WeightLayout::in_out});
+                  {.activation = act, .layout = WeightLayout::in_out, .compute = compute});
   };
   ln_1_ = {vector("ln_1.weight", c), vector("ln_1.bias", c), config.layer_norm_eps};
   c_attn_ = conv1d("attn.c_attn", c, 3 * c, Activation::none);
@@ -188,7 +188,8 @@ void Block::attend(Workspace& ws, const AttentionTarget& target) const {
 
 // ---- Gpt2Model ------------------------------------------------------------------------------
 
-Gpt2Model::Gpt2Model(const std::filesystem::path& dir) : config_(Gpt2Config::load(dir)) {
+Gpt2Model::Gpt2Model(const std::filesystem::path& dir, DType compute)
+    : config_(Gpt2Config::load(dir)) {
   const SafeTensors weights = SafeTensors::open(dir);
   // Checkpoints saved from GPT2LMHeadModel prefix the body with "transformer."; GPT2Model's
   // do not.
@@ -197,18 +198,19 @@ Gpt2Model::Gpt2Model(const std::filesystem::path& dir) : config_(Gpt2Config::loa
   wte_.table = weights.get_f32(prefix + "wte.weight", {config_.vocab_size, c});
   wpe_.table = weights.get_f32(prefix + "wpe.weight", {config_.max_positions, c});
   for (std::int32_t l = 0; l < config_.layers; ++l)
-    blocks_.emplace_back(weights, prefix + "h." + std::to_string(l) + ".", config_, l);
+    blocks_.emplace_back(weights, prefix + "h." + std::to_string(l) + ".", config_, l, compute);
   ln_f_ = {weights.get_f32(prefix + "ln_f.weight", {c}), weights.get_f32(prefix + "ln_f.bias", {c}),
            config_.layer_norm_eps};
   if (config_.tie_word_embeddings) {
-    head_ = Linear(wte_.table);
+    head_ = Linear(wte_.table, {}, {.compute = compute});
   } else {
     // A separate head: tie_word_embeddings is false.
     if (!weights.contains("lm_head.weight"))
       throw ConfigError((dir / "config.json").string() +
                         ": key 'tie_word_embeddings': false, but " + weights.path().string() +
                         " has no tensor 'lm_head.weight'");
-    head_ = Linear(weights.get_f32("lm_head.weight", {config_.vocab_size, c}));
+    head_ = Linear(weights.get_f32("lm_head.weight", {config_.vocab_size, c}), {},
+                   {.compute = compute});
   }
 
   info_.architecture = "gpt2";

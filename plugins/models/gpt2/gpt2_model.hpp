@@ -37,7 +37,7 @@ struct AttentionTarget {
 class Block {
  public:
   Block(const SafeTensors& weights, const std::string& prefix, const Gpt2Config& config,
-        std::int32_t index);
+        std::int32_t index, DType compute);
   // x [rows, hidden] in, updated in place.
   void forward(Tensor& x, Workspace& ws, const AttentionTarget& target) const;
 
@@ -52,7 +52,8 @@ class Block {
 
 class Gpt2Model final : public Model {
  public:
-  explicit Gpt2Model(const std::filesystem::path& dir);
+  // compute: the matmuls' type, f32 or bf16 (LinearOptions::compute).
+  explicit Gpt2Model(const std::filesystem::path& dir, DType compute = DType::f32);
 
   const ModelInfo& info() const override { return info_; }
   ForwardResult forward(const Batch& batch) const override;
