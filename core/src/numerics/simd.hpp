@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && \
     !defined(__SANITIZE_ADDRESS__)
@@ -82,18 +83,22 @@ inline float silu_scalar(float x) {
   return x / (1.0f + fast_exp(-x));
 }
 
-// The largest of x[0..n) (-inf for n = 0). GCC does not vectorise a max reduction without
-// -ffinite-math-only, so the lanes are spelled out; the fixed-width inner loop vectorises.
+// The largest of x[0..n) (-inf for n = 0; NaNs are skipped). GCC vectorises neither a max
+// reduction (without -ffinite-math-only) nor an array of lane accumulators (it keeps them in
+// scalar registers), so the lanes are a vector type (GCC/Clang vector extensions).
 inline float max_of(const float* x, std::int64_t n) {
   constexpr int kLanes = 16;
-  float lanes[kLanes];
-  for (int l = 0; l < kLanes; ++l) lanes[l] = -__builtin_inff();
+  using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
+  Lanes lanes = Lanes{} - __builtin_inff();
   std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) lanes[l] = x[i + l] > lanes[l] ? x[i + l] : lanes[l];
-  for (; i < n; ++i) lanes[0] = x[i] > lanes[0] ? x[i] : lanes[0];
-  float m = lanes[0];
-  for (int l = 1; l < kLanes; ++l) m = lanes[l] > m ? lanes[l] : m;
+  for (; i + kLanes <= n; i += kLanes) {
+    Lanes v;
+    std::memcpy(&v, x + i, sizeof v);
+    lanes = v > lanes ? v : lanes;
+  }
+  float m = -__builtin_inff();
+  for (int l = 0; l < kLanes; ++l) m = lanes[l] > m ? lanes[l] : m;
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
   return m;
 }
 
