@@ -45,8 +45,10 @@ namespace {
 // The rows a weight is packed for; oneDNN 2.6 picks the same blocked layout for every row count
 // of a shape, and a primitive that wants another one gets its own reordered copy.
 constexpr std::int64_t kPackRows = 64;
-// Fewer rows than this: a memory-bound product that one thread serves best.
+// Fewer rows than this: a memory-bound product, which one thread serves best unless its
+// weights are large enough that a second core's memory bandwidth outweighs waking it.
 constexpr std::int64_t kParallelMinRows = 16;
+constexpr double kParallelMinWeightBytes = 4 << 20;
 // Primitives kept per layer; beyond this the cache starts afresh (row counts are usually few).
 constexpr std::size_t kMaxCachedPrimitives = 256;
 // The deepest bf16 product whose result oneDNN 2.6 computes the same way for every row count
@@ -369,12 +371,16 @@ const std::uint16_t* Linear::Impl::to_bf16(const float* x, std::int64_t rows) co
 void Linear::forward(const float* x, std::int64_t rows, float* y) const {
   if (!impl_) throw RuntimeError("Linear used before construction");
   if (rows <= 0) return;
-  // Products with few rows are memory bound and small ones are over before a second thread
-  // wakes up: both run on this thread (and get primitives created for one thread).
-  const double flops = 2.0 * rows * impl_->in * impl_->out;
-  std::optional<ThreadScope> one;
-  if (rows < kParallelMinRows || numerics::threads_for(flops) == 1) one.emplace(1);
+  // Small products are over before a second thread wakes up, and memory-bound ones (few rows)
+  // only gain from it when they stream much memory: those run on this thread (and get
+  // primitives created for one thread).
   const bool bf16 = impl_->compute == dt::bf16;
+  const double flops = 2.0 * rows * impl_->in * impl_->out;
+  const double weight_bytes = (bf16 ? 2.0 : 4.0) * impl_->in * impl_->out;
+  std::optional<ThreadScope> one;
+  if (rows < kParallelMinRows ? weight_bytes < kParallelMinWeightBytes
+                              : numerics::threads_for(flops) == 1)
+    one.emplace(1);
   if (!bf16) return impl_->run(rows, 0, x, y);  // f32: one part
   const std::uint16_t* src = impl_->to_bf16(x, rows);
   for (std::size_t part = 0; part < impl_->parts.size(); ++part)
