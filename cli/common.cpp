@@ -36,26 +36,26 @@ po::variables_map parse(int argc, char** argv, const po::options_description& vi
 
 po::options_description io_options() {
   po::options_description o("Input and output");
-  o.add_options()
-      ("input,i", po::value<std::string>()->default_value("-"), "input file (- = stdin)")
-      ("output,o", po::value<std::string>()->default_value("-"), "output file (- = stdout)")
-      ("input-format", po::value<std::string>()->default_value("text"),
-       "text (one record per line), tsv (named columns), jsonl (one JSON object per line), "
-       "ids (space-separated token ids per line)")
-      ("field", po::value<std::string>()->default_value("text"),
-       "jsonl/tsv: the field holding the text")
-      ("columns", po::value<std::string>(),
-       "tsv: comma-separated column names (default: the first line is a header)")
-      ("format,f", po::value<std::string>()->default_value("jsonl"),
-       "output: jsonl (one JSON object per record), text, tsv, nbest (id ||| text ||| score)")
-      ("keep-fields", po::bool_switch(), "copy the input fields into each JSON output record")
-      ("unbuffered", po::bool_switch(), "flush after every record")
-      ("threads,t", po::value<int>()->default_value(1), "worker threads (batches run in parallel)")
-      ("intra-threads", po::value<int>()->default_value(1),
-       "oneDNN threads inside each worker (helps one long batch; 1 is best for small models)")
-      ("quiet,q", po::bool_switch(), "no progress line and no summary on stderr")
-      ("fail-fast", po::bool_switch(), "stop at the first record that fails (exit code 1)")
-      ("summary", po::value<std::string>(), "also write the corpus summary as JSON to this file");
+  o.add_options()("input,i", po::value<std::string>()->default_value("-"),
+                  "input file (- = stdin)")(
+      "output,o", po::value<std::string>()->default_value("-"), "output file (- = stdout)")(
+      "input-format", po::value<std::string>()->default_value("text"),
+      "text (one record per line), tsv (named columns), jsonl (one JSON object per line), "
+      "ids (space-separated token ids per line)")("field",
+                                                  po::value<std::string>()->default_value("text"),
+                                                  "jsonl/tsv: the field holding the text")(
+      "columns", po::value<std::string>(),
+      "tsv: comma-separated column names (default: the first line is a header)")(
+      "format,f", po::value<std::string>()->default_value("jsonl"),
+      "output: jsonl (one JSON object per record), text, tsv, nbest (id ||| text ||| score)")(
+      "keep-fields", po::bool_switch(), "copy the input fields into each JSON output record")(
+      "unbuffered", po::bool_switch(), "flush after every record")(
+      "threads,t", po::value<int>()->default_value(1), "worker threads (batches run in parallel)")(
+      "intra-threads", po::value<int>()->default_value(1),
+      "oneDNN threads inside each worker (helps one long batch; 1 is best for small models)")(
+      "quiet,q", po::bool_switch(), "no progress line and no summary on stderr")(
+      "fail-fast", po::bool_switch(), "stop at the first record that fails (exit code 1)")(
+      "summary", po::value<std::string>(), "also write the corpus summary as JSON to this file");
   return o;
 }
 
@@ -76,7 +76,8 @@ RunOptions run_options_from(const po::variables_map& vm, const Params& task_para
   o.threads = vm["threads"].as<int>();
   o.intra_threads = vm["intra-threads"].as<int>();
   if (o.threads < 1 || o.threads > 256) throw ConfigError("--threads: expected 1..256");
-  if (o.intra_threads < 1 || o.intra_threads > 256) throw ConfigError("--intra-threads: expected 1..256");
+  if (o.intra_threads < 1 || o.intra_threads > 256)
+    throw ConfigError("--intra-threads: expected 1..256");
   o.quiet = vm["quiet"].as<bool>();
   o.progress = !o.quiet && isatty(fileno(stderr));
   o.fail_fast = vm["fail-fast"].as<bool>();
@@ -98,7 +99,9 @@ void open_streams(const po::variables_map& vm, Streams& s) {
     if (!s.in) throw ConfigError(in + ": cannot open the input file: " + std::strerror(errno));
   }
   struct stat st {};
-  if (fstat(fileno(s.in), &st) == 0 && S_ISREG(st.st_mode)) s.input_size = static_cast<std::uint64_t>(st.st_size);
+  if (fstat(fileno(s.in), &st) == 0 && S_ISDIR(st.st_mode))
+    throw ConfigError(in + ": is a directory, not an input file");
+  if (S_ISREG(st.st_mode)) s.input_size = static_cast<std::uint64_t>(st.st_size);
   if (out != "-") {
     s.out = std::fopen(out.c_str(), "wb");
     if (!s.out) throw ConfigError(out + ": cannot open the output file: " + std::strerror(errno));
@@ -117,7 +120,9 @@ int run_pipeline(const Pipeline& pipeline, const Registry& registry, const po::v
   if (!options.summary_file.empty()) {
     std::ofstream f(options.summary_file);
     f << summary_json(*task, stats).dump(2) << "\n";
-    if (!f) std::fprintf(stderr, "masque: cannot write the summary to %s\n", options.summary_file.c_str());
+    if (!f)
+      std::fprintf(stderr, "masque: cannot write the summary to %s\n",
+                   options.summary_file.c_str());
   }
   if (!options.quiet) std::fputs(summary_text(*task, stats).c_str(), stderr);
   if (stats.interrupted) {

@@ -82,5 +82,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "masque: error: %s\n", e.what());
     return kExitRuntime;
+  } catch (...) {  // a plugin may throw anything; still a message and an exit code, not an abort
+    std::fprintf(stderr, "masque: error: an exception that is not a std::exception\n");
+    return kExitRuntime;
   }
 }

@@ -38,13 +38,13 @@ namespace {
 // A value as written, with where it came from.
 struct RawValue {
   YAML::Node node;
-  std::string where;   // "file:line:col" or "--set a.b=c"
-  fs::path base_dir;   // for relative paths
+  std::string where;       // "file:line:col" or "--set a.b=c"
+  fs::path base_dir;       // for relative paths
   bool droppable = false;  // set before a --set switched the section's plugin
 };
 
 struct RawSection {
-  std::string where;  // where the section starts
+  std::string where;               // where the section starts
   std::optional<RawValue> plugin;  // plugin name (task name for the task section)
   std::vector<std::pair<std::string, RawValue>> keys;
 
@@ -117,9 +117,12 @@ std::string expand_env(const std::string& text) {
 std::string range_text(const ParamSpec& spec) {
   std::ostringstream os;
   bool lo = std::isfinite(spec.min), hi = std::isfinite(spec.max);
-  if (lo && hi) os << " in [" << spec.min << ", " << spec.max << "]";
-  else if (lo) os << " >= " << spec.min;
-  else if (hi) os << " <= " << spec.max;
+  if (lo && hi)
+    os << " in [" << spec.min << ", " << spec.max << "]";
+  else if (lo)
+    os << " >= " << spec.min;
+  else if (hi)
+    os << " <= " << spec.max;
   return os.str();
 }
 
@@ -149,11 +152,14 @@ std::optional<double> parse_double(const std::string& s) {
   return v;
 }
 
-std::string scalar(const YAML::Node& node) { return expand_env(node.Scalar()); }
+std::string scalar(const YAML::Node& node) {
+  return expand_env(node.Scalar());
+}
 
 void check_range(const ParamSpec& spec, double v, const std::string& shown) {
   if (v < spec.min || v > spec.max)
-    throw ConfigError(std::string("expected ") + (spec.type == ParamType::integer ? "an integer" : "a number") +
+    throw ConfigError(std::string("expected ") +
+                      (spec.type == ParamType::integer ? "an integer" : "a number") +
                       range_text(spec) + ", got " + shown);
 }
 
@@ -191,12 +197,12 @@ ParamValue convert(const ParamSpec& spec, const YAML::Node& node) {
     }
     case ParamType::string:
     case ParamType::path: {
-      if (null) return std::string();
-      if (!node.IsScalar())
+      if (!null && !node.IsScalar())
         throw ConfigError(std::string("expected a ") +
                           (spec.type == ParamType::path ? "path" : "string") + ", got " +
                           node_text(node));
-      std::string s = scalar(node);
+      // Nothing is the empty string, which must then be one of the choices like any value.
+      std::string s = null ? std::string() : scalar(node);
       if (spec.type == ParamType::string && spec.choices) {
         auto choices = split_choices(spec.choices);
         if (std::find(choices.begin(), choices.end(), s) == choices.end())
@@ -215,7 +221,8 @@ ParamValue convert(const ParamSpec& spec, const YAML::Node& node) {
       if (null) return out;
       if (node.IsSequence()) {
         for (const auto& item : node) {
-          if (!item.IsScalar()) throw ConfigError("expected a list of integers, got " + node_text(item) + " in it");
+          if (!item.IsScalar())
+            throw ConfigError("expected a list of integers, got " + node_text(item) + " in it");
           add(scalar(item));
         }
         return out;
@@ -237,7 +244,8 @@ ParamValue convert(const ParamSpec& spec, const YAML::Node& node) {
       if (null) return out;
       if (node.IsSequence()) {
         for (const auto& item : node) {
-          if (!item.IsScalar()) throw ConfigError("expected a list of strings, got " + node_text(item) + " in it");
+          if (!item.IsScalar())
+            throw ConfigError("expected a list of strings, got " + node_text(item) + " in it");
           out.push_back(scalar(item));
         }
         return out;
@@ -331,16 +339,19 @@ class Loader {
       return;
     }
     if (!node.IsMap()) {
-      error(where + ": " + name + ": expected a mapping with '" + name_key + ":' and parameters, got " +
-            node_text(node));
+      error(where + ": " + name + ": expected a mapping with '" + name_key +
+            ":' and parameters, got " + node_text(node));
       return;
     }
     for (auto it = node.begin(); it != node.end(); ++it) {
       const std::string key = it->first.Scalar();
       RawValue value{it->second, mark_text(source_.name, it->first.Mark()), source_.base_dir};
-      if (key == name_key) section.plugin = value;
-      else if (section.find(key)) error(value.where + ": " + name + "." + key + ": given twice");
-      else section.keys.emplace_back(key, value);
+      if (key == name_key)
+        section.plugin = value;
+      else if (section.find(key))
+        error(value.where + ": " + name + "." + key + ": given twice");
+      else
+        section.keys.emplace_back(key, value);
     }
   }
 
@@ -358,8 +369,8 @@ class Loader {
     }
     if (section_name != "task" && !find_section_kind(section_name))
       throw ConfigError(where + ": unknown section '" + section_name + "'" +
-                        suggestion(section_name, section_names()) + "; known sections: " +
-                        join(section_names()));
+                        suggestion(section_name, section_names()) +
+                        "; known sections: " + join(section_names()));
     YAML::Node node = text.empty() ? YAML::Node() : load_yaml(text, where);
     RawValue value{node, where, fs::current_path()};
     RawSection& section = sections_[section_name];
@@ -372,8 +383,10 @@ class Loader {
       section.plugin = value;
       return;
     }
-    if (RawValue* existing = section.find(key)) *existing = value;
-    else section.keys.emplace_back(key, value);
+    if (RawValue* existing = section.find(key))
+      *existing = value;
+    else
+      section.keys.emplace_back(key, value);
   }
 
   const TaskSpec* validate_task(Pipeline& pipeline) {
@@ -416,7 +429,8 @@ class Loader {
       if (def != task->default_plugins.end()) {
         RawSection& section = sections_[name];
         if (section.where.empty()) section.where = source_.name;
-        section.plugin = RawValue{YAML::Node(def->second), "default of task '" + task->name + "'", {}};
+        section.plugin =
+            RawValue{YAML::Node(def->second), "default of task '" + task->name + "'", {}};
       } else if (it == sections_.end()) {
         error(source_.name + ": the task '" + task->name + "' needs a '" + name + ":' section");
       }
@@ -424,7 +438,8 @@ class Loader {
     for (const auto& [name, plugin] : task->default_plugins) {
       auto it = sections_.find(name);
       if (it != sections_.end() && !it->second.plugin)
-        it->second.plugin = RawValue{YAML::Node(plugin), "default of task '" + task->name + "'", {}};
+        it->second.plugin =
+            RawValue{YAML::Node(plugin), "default of task '" + task->name + "'", {}};
     }
   }
 
@@ -465,7 +480,8 @@ class Loader {
     PluginConfig config;
     config.section = name;
     config.entry = entry;
-    fill_params(name, std::string(to_string(kind->kind)) + " plugin '" + entry->descriptor->name + "'",
+    fill_params(name,
+                std::string(to_string(kind->kind)) + " plugin '" + entry->descriptor->name + "'",
                 entry->descriptor->params, entry->descriptor->num_params, section, config.params);
     pipeline.plugins[name] = std::move(config);
   }
@@ -486,12 +502,14 @@ class Loader {
           continue;
         }
         error(value.where + ": " + path + ": unknown parameter of " + owner +
-              suggestion(key, known) + "; its parameters: " + (known.empty() ? "(none)" : join(known)));
+              suggestion(key, known) +
+              "; its parameters: " + (known.empty() ? "(none)" : join(known)));
         continue;
       }
       try {
         ParamValue v = convert(*spec, value.node);
-        if (spec->type == ParamType::path) v = resolve_path(*spec, std::get<std::string>(v), value.base_dir);
+        if (spec->type == ParamType::path)
+          v = resolve_path(*spec, std::get<std::string>(v), value.base_dir);
         out.set(key, std::move(v));
       } catch (const ConfigError& e) {
         error(value.where + ": " + path + ": " + e.what());
@@ -552,8 +570,8 @@ Params default_params(const ParamSpec* specs, std::size_t count) {
   return params;
 }
 
-Pipeline load_pipeline(const PipelineSource& source, const LoadOptions& options,
-                       Registry& registry, const std::vector<TaskSpec>& tasks) {
+Pipeline load_pipeline(const PipelineSource& source, const LoadOptions& options, Registry& registry,
+                       const std::vector<TaskSpec>& tasks) {
   Loader loader(source, options, registry, tasks);
   Pipeline pipeline = loader.run();
   for (const auto& w : loader.warnings) std::fprintf(stderr, "masque: warning: %s\n", w.c_str());
@@ -575,7 +593,8 @@ void dump_params(std::ostringstream& os, const Params& params, const ParamSpec* 
                  std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) {
     auto it = params.values().find(specs[i].name);
-    if (it != params.values().end()) os << "  " << specs[i].name << ": " << to_yaml_text(it->second) << "\n";
+    if (it != params.values().end())
+      os << "  " << specs[i].name << ": " << to_yaml_text(it->second) << "\n";
   }
 }
 }  // namespace
@@ -586,7 +605,8 @@ std::string Pipeline::dump() const {
      << (file.empty() ? std::string() : " from " + file.string()) << "\n";
   if (!task.empty()) {
     os << "task:\n  name: " << task << "\n";
-    for (const auto& [k, v] : task_params.values()) os << "  " << k << ": " << to_yaml_text(v) << "\n";
+    for (const auto& [k, v] : task_params.values())
+      os << "  " << k << ": " << to_yaml_text(v) << "\n";
   }
   for (const auto& s : pipeline_sections()) {
     auto it = plugins.find(s.section);

@@ -14,6 +14,7 @@
 #include "masque/mask.hpp"
 #include "masque/model.hpp"
 #include "masque/tokenizer.hpp"
+#include "plugin_file.hpp"
 
 namespace masque {
 
@@ -58,11 +59,13 @@ std::string PluginEntry::key() const {
 
 std::string check_descriptor(const PluginDescriptor& d, const fs::path& file) {
   if (d.magic != kDescriptorMagic)
-    return file.string() + ": the masque_plugin_descriptor symbol does not point to a masque "
-                           "plugin descriptor";
+    return file.string() +
+           ": the masque_plugin_descriptor symbol does not point to a masque "
+           "plugin descriptor";
   if (d.abi_major != kAbiMajor || d.abi_minor > kAbiMinor)
-    return file.string() + ": built for masque plugin ABI " + version_text(d.abi_major, d.abi_minor) +
-           ", but this masque has ABI " + version_text(kAbiMajor, kAbiMinor) +
+    return file.string() + ": built for masque plugin ABI " +
+           version_text(d.abi_major, d.abi_minor) + ", but this masque has ABI " +
+           version_text(kAbiMajor, kAbiMinor) +
            " (a plugin needs the same major version and a minor version not newer than the "
            "host's); rebuild the plugin against this masque";
   if (!valid_kind(d.kind)) return file.string() + ": unknown plugin kind in the descriptor";
@@ -78,7 +81,8 @@ std::vector<fs::path> Registry::default_dirs(std::vector<std::string>* warnings)
   std::vector<fs::path> dirs;
   boost::system::error_code ec;
   fs::path exe = boost::dll::program_location(ec).string();
-  if (!ec) dirs.push_back((exe.parent_path().parent_path() / MASQUE_PLUGIN_SUBDIR).lexically_normal());
+  if (!ec)
+    dirs.push_back((exe.parent_path().parent_path() / MASQUE_PLUGIN_SUBDIR).lexically_normal());
   if (const char* env = std::getenv("MASQUE_PLUGIN_PATH")) {
     std::stringstream ss(env);
     std::string item;
@@ -117,15 +121,28 @@ Registry::Registry(const std::vector<fs::path>& dirs) {
   }
 }
 
+namespace {
+std::string not_a_plugin(const fs::path& file) {
+  return file.string() + ": not a masque plugin (no '" MASQUE_PLUGIN_SYMBOL
+                         "' symbol in section '" MASQUE_PLUGIN_SECTION
+                         "'; build plugins with MASQUE_PLUGIN(...))";
+}
+}  // namespace
+
 bool Registry::load(const fs::path& file, std::string* error) {
-  // Look at the symbol table first, without running any code from the file.
+  // Look at the section names first, without running any code from the file, once the file is
+  // known to be sound enough for Boost.DLL's ELF reader.
+  if (std::string problem = elf_file_problem(file); !problem.empty()) {
+    *error = file.string() + ": not a loadable shared library (" + problem + ")";
+    return false;
+  }
   try {
+    // The section names only: Boost 1.74's symbol reader takes the names from the wrong
+    // string table (see plugin_file.hpp).
     boost::dll::library_info info(file.string());
-    auto symbols = info.symbols(MASQUE_PLUGIN_SECTION);
-    if (std::find(symbols.begin(), symbols.end(), MASQUE_PLUGIN_SYMBOL) == symbols.end()) {
-      *error = file.string() + ": not a masque plugin (no '" MASQUE_PLUGIN_SYMBOL
-                               "' symbol in section '" MASQUE_PLUGIN_SECTION
-                               "'; build plugins with MASQUE_PLUGIN(...))";
+    auto sections = info.sections();
+    if (std::find(sections.begin(), sections.end(), MASQUE_PLUGIN_SECTION) == sections.end()) {
+      *error = not_a_plugin(file);
       return false;
     }
   } catch (const std::exception& e) {
@@ -137,6 +154,10 @@ bool Registry::load(const fs::path& file, std::string* error) {
     lib.load(file.string(), boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
   } catch (const std::exception& e) {
     *error = file.string() + ": cannot be loaded: " + e.what();
+    return false;
+  }
+  if (!lib.has(MASQUE_PLUGIN_SYMBOL)) {
+    *error = not_a_plugin(file);
     return false;
   }
   auto& get = lib.get_alias<const PluginDescriptor*()>(MASQUE_PLUGIN_SYMBOL);
@@ -205,10 +226,18 @@ std::unique_ptr<Plugin> Registry::create(const PluginEntry& entry, const Params&
   if (!plugin) throw ConfigError(entry.file.string() + ": the plugin factory returned nothing");
   bool ok = false;
   switch (entry.descriptor->kind) {
-    case PluginKind::tokenizer: ok = dynamic_cast<Tokenizer*>(plugin.get()) != nullptr; break;
-    case PluginKind::mask: ok = dynamic_cast<MaskStrategy*>(plugin.get()) != nullptr; break;
-    case PluginKind::model: ok = dynamic_cast<Model*>(plugin.get()) != nullptr; break;
-    case PluginKind::decoder: ok = dynamic_cast<Decoder*>(plugin.get()) != nullptr; break;
+    case PluginKind::tokenizer:
+      ok = dynamic_cast<Tokenizer*>(plugin.get()) != nullptr;
+      break;
+    case PluginKind::mask:
+      ok = dynamic_cast<MaskStrategy*>(plugin.get()) != nullptr;
+      break;
+    case PluginKind::model:
+      ok = dynamic_cast<Model*>(plugin.get()) != nullptr;
+      break;
+    case PluginKind::decoder:
+      ok = dynamic_cast<Decoder*>(plugin.get()) != nullptr;
+      break;
   }
   if (!ok)
     throw ConfigError(entry.file.string() + ": the plugin says it is a " +

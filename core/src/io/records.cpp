@@ -1,11 +1,13 @@
 #include "io/records.hpp"
 
+#include <cerrno>
 #include <charconv>
 #include <cstring>
 
 #include <poll.h>
 #include <unistd.h>
 
+#include "json_depth.hpp"
 #include "masque/error.hpp"
 
 namespace masque {
@@ -36,7 +38,7 @@ std::size_t utf8_sequence(std::string_view s, std::size_t i) {
   }
   if (c >= 0xf0 && c <= 0xf4) {
     if (!cont(1) || !cont(2) || !cont(3)) return 0;
-    if (c == 0xf0 && p[i + 1] < 0x90) return 0;  // overlong
+    if (c == 0xf0 && p[i + 1] < 0x90) return 0;   // overlong
     if (c == 0xf4 && p[i + 1] >= 0x90) return 0;  // > U+10FFFF
     return 4;
   }
@@ -47,7 +49,10 @@ std::size_t utf8_sequence(std::string_view s, std::size_t i) {
 std::size_t invalid_run(std::string_view s, std::size_t i) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   unsigned char c = p[i];
-  std::size_t want = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xc2 && c <= 0xdf ? 2 : 1;
+  std::size_t want = c >= 0xf0 && c <= 0xf4   ? 4
+                     : c >= 0xe0 && c <= 0xef ? 3
+                     : c >= 0xc2 && c <= 0xdf ? 2
+                                              : 1;
   std::size_t k = 1;
   while (k < want && i + k < s.size() && (p[i + k] & 0xc0) == 0x80) {
     // The second byte has a narrower range for some leads.
@@ -70,7 +75,9 @@ std::size_t first_invalid_utf8(std::string_view text) {
   return std::string_view::npos;
 }
 
-bool is_valid_utf8(std::string_view text) { return first_invalid_utf8(text) == std::string_view::npos; }
+bool is_valid_utf8(std::string_view text) {
+  return first_invalid_utf8(text) == std::string_view::npos;
+}
 
 std::string repair_utf8(std::string_view text) {
   std::string out;
@@ -100,9 +107,13 @@ bool RecordReader::fill() {
   const int fd = fileno(in_);
   if (fd < 0) {  // a stream without a descriptor (fmemopen)
     end_ = std::fread(buffer_.data(), 1, buffer_.size(), in_);
+    if (end_ == 0 && std::ferror(in_)) throw RuntimeError("cannot read the input");
     return end_ > 0;
   }
   ssize_t n = ::read(fd, buffer_.data(), buffer_.size());
+  // A failed read is not the end of the input: stopping quietly would lose the rest of it.
+  if (n < 0 && errno != EINTR)
+    throw RuntimeError(std::string("cannot read the input: ") + std::strerror(errno));
   if (n <= 0) return false;
   end_ = static_cast<std::size_t>(n);
   return true;
@@ -154,11 +165,15 @@ bool RecordReader::next(Record& record) {
     if (status == LineStatus::eof) return false;
     if (options_.format == InputFormat::tsv && !header_read_) {
       header_read_ = true;
-      if (status != LineStatus::ok) throw ConfigError("the TSV header line is too long");
+      if (status != LineStatus::ok)
+        throw ConfigError("the TSV header line is " + std::to_string(raw) +
+                          " bytes, longer than the limit of " +
+                          std::to_string(options_.max_record_bytes) + " (task.max_record_bytes)");
       std::size_t start = 0;
       while (true) {
         auto tab = line.find('\t', start);
-        options_.columns.push_back(line.substr(start, tab == std::string::npos ? tab : tab - start));
+        options_.columns.push_back(
+            line.substr(start, tab == std::string::npos ? tab : tab - start));
         if (tab == std::string::npos) break;
         start = tab + 1;
       }
@@ -169,7 +184,7 @@ bool RecordReader::next(Record& record) {
     record.bytes = raw;
     if (status == LineStatus::too_long) {
       record.error = "the record is " + std::to_string(raw) + " bytes, longer than the limit of " +
-                     std::to_string(options_.max_record_bytes) + " (--max-record-bytes)";
+                     std::to_string(options_.max_record_bytes) + " (task.max_record_bytes)";
       return true;
     }
     parse(record, line);
@@ -181,7 +196,7 @@ void RecordReader::parse(Record& record, std::string& line) {
   if (std::size_t bad = first_invalid_utf8(line); bad != std::string::npos) {
     if (!options_.replace_invalid_utf8) {
       record.error = "invalid UTF-8 at byte " + std::to_string(bad) +
-                     " (use --invalid-utf8 replace to replace invalid bytes with U+FFFD)";
+                     " (--set task.invalid_utf8=replace replaces invalid bytes with U+FFFD)";
       return;
     }
     line = repair_utf8(line);
@@ -191,16 +206,22 @@ void RecordReader::parse(Record& record, std::string& line) {
       record.text = line;
       record.fields[options_.field] = line;
       break;
-    case InputFormat::jsonl: parse_jsonl(record, line); break;
-    case InputFormat::tsv: parse_tsv(record, line); break;
-    case InputFormat::ids: parse_ids(record, line); break;
+    case InputFormat::jsonl:
+      parse_jsonl(record, line);
+      break;
+    case InputFormat::tsv:
+      parse_tsv(record, line);
+      break;
+    case InputFormat::ids:
+      parse_ids(record, line);
+      break;
   }
 }
 
 void RecordReader::parse_jsonl(Record& record, const std::string& line) {
   nlohmann::ordered_json j;
   try {
-    j = nlohmann::ordered_json::parse(line);
+    j = parse_json_bounded<nlohmann::ordered_json>(line);
   } catch (const std::exception& e) {
     record.error = std::string("invalid JSON: ") + e.what();
     return;
@@ -217,7 +238,8 @@ void RecordReader::parse_jsonl(Record& record, const std::string& line) {
     }
     std::vector<TokenId> ids;
     for (const auto& v : *it) {
-      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > INT32_MAX) {
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 ||
+          v.get<std::int64_t>() > INT32_MAX) {
         record.error = "'ids' must be an array of non-negative integers";
         return;
       }
@@ -246,7 +268,8 @@ void RecordReader::parse_tsv(Record& record, const std::string& line) {
     start = tab + 1;
   }
   if (cells.size() != options_.columns.size()) {
-    record.error = "expected " + std::to_string(options_.columns.size()) + " tab-separated columns (" +
+    record.error = "expected " + std::to_string(options_.columns.size()) +
+                   " tab-separated columns (" +
                    [&] {
                      std::string s;
                      for (const auto& c : options_.columns) s += (s.empty() ? "" : ", ") + c;
@@ -276,7 +299,8 @@ void RecordReader::parse_ids(Record& record, const std::string& line) {
     auto [next, ec] = std::from_chars(p, end, v);
     if (ec != std::errc() || v < 0 || (next < end && *next != ' ' && *next != '\t')) {
       record.error = "expected space-separated non-negative token ids, got '" +
-                     std::string(p, std::min<std::size_t>(20, static_cast<std::size_t>(end - p))) + "'";
+                     std::string(p, std::min<std::size_t>(20, static_cast<std::size_t>(end - p))) +
+                     "'";
       return;
     }
     ids.push_back(v);

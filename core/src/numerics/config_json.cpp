@@ -1,10 +1,13 @@
 #include "masque/config_json.hpp"
 
+#include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "json_depth.hpp"
 #include "masque/error.hpp"
 
 namespace masque {
@@ -33,8 +36,10 @@ JsonConfig JsonConfig::parse(std::string_view text, const std::filesystem::path&
   auto impl = std::make_shared<Impl>();
   impl->file = file;
   try {
-    impl->doc = nlohmann::json::parse(text.begin(), text.end());
+    impl->doc = parse_json_bounded<nlohmann::json>(text.begin(), text.end());
   } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(file.string() + ": invalid JSON: " + e.what());
+  } catch (const JsonTooDeep& e) {
     throw ConfigError(file.string() + ": invalid JSON: " + e.what());
   }
   if (!impl->doc.is_object()) throw ConfigError(file.string() + ": expected a JSON object");
@@ -74,11 +79,14 @@ const nlohmann::json& required(const JsonConfig& c, std::string_view key) {
 }
 
 std::int64_t as_int(const JsonConfig& c, std::string_view key, const nlohmann::json& v) {
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX)
+    fail(c.file(), key, "the integer " + v.dump() + " is too large");
   if (v.is_number_integer()) return v.get<std::int64_t>();
-  // Some configs write integers as 12.0.
+  // Some configs write integers as 12.0. Converting a double outside the int64 range is
+  // undefined behaviour, so the range is checked first (2^63 is exact in a double).
   if (v.is_number_float()) {
-    double d = v.get<double>();
-    if (d == static_cast<double>(static_cast<std::int64_t>(d))) return static_cast<std::int64_t>(d);
+    const double d = v.get<double>();
+    if (d >= -0x1p63 && d < 0x1p63 && d == std::trunc(d)) return static_cast<std::int64_t>(d);
   }
   fail(c.file(), key, "expected an integer, got " + v.dump());
 }

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_depth.hpp"
 #include "masque/error.hpp"
 
 namespace masque {
@@ -189,8 +190,10 @@ void SafeTensors::Impl::add_file(const fs::path& file, bool first) {
   const char* header_text = reinterpret_cast<const char*>(mapping->data() + 8);
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(header_text, header_text + header_len);
+    header = parse_json_bounded<nlohmann::json>(header_text, header_text + header_len);
   } catch (const nlohmann::json::exception& e) {
+    fail(file, std::string("invalid JSON header: ") + e.what());
+  } catch (const JsonTooDeep& e) {
     fail(file, std::string("invalid JSON header: ") + e.what());
   }
   if (!header.is_object()) fail(file, "the JSON header is not an object");
@@ -221,8 +224,10 @@ void SafeTensors::Impl::add_index(const fs::path& index) {
   if (!in) fail(index, "cannot open");
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(in);
+    doc = parse_json_bounded<nlohmann::json>(in);
   } catch (const nlohmann::json::exception& e) {
+    fail(index, std::string("invalid JSON: ") + e.what());
+  } catch (const JsonTooDeep& e) {
     fail(index, std::string("invalid JSON: ") + e.what());
   }
   auto map_it = doc.is_object() ? doc.find("weight_map") : doc.end();

@@ -8,8 +8,10 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <map>
 #include <mutex>
+#include <span>
 #include <thread>
 
 #include "masque/error.hpp"
@@ -21,15 +23,19 @@ namespace {
 
 std::atomic<int> g_signal{0};
 
-void on_signal(int sig) { g_signal.store(sig); }
+void on_signal(int sig) {
+  g_signal.store(sig);
+}
 
 using Clock = std::chrono::steady_clock;
 
 std::string format_duration(double seconds) {
   auto s = static_cast<long>(seconds);
   char buf[32];
-  if (s >= 3600) std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
-  else std::snprintf(buf, sizeof buf, "%02ld:%02ld", s / 60, s % 60);
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%02ld:%02ld", s / 60, s % 60);
   return buf;
 }
 
@@ -120,6 +126,61 @@ struct Progress {
   }
 };
 
+// What a record's result says when its task or a plugin threw: RecordError and ConfigError
+// describe the record or the configuration; anything else (a bug, or a plugin throwing
+// something odd) is marked as internal. Either way only the records concerned fail, and the
+// exception never reaches a worker thread's edge, where it would end the process.
+std::string failure_message(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const RecordError& e) {
+    return e.what();
+  } catch (const ConfigError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("internal error: ") + e.what();
+  } catch (...) {
+    return "internal error: an exception that is not a std::exception";
+  }
+}
+
+// task.process(batch), holding the task to its contract of one result per record: when it
+// throws or miscounts, `failure` says so and the results are to be dropped.
+std::vector<Result> run_task(const Task& task, std::span<Item* const> batch, std::string& failure) {
+  failure.clear();
+  try {
+    std::vector<Result> results = task.process(batch);
+    if (results.size() == batch.size()) return results;
+    failure = "internal error: the task returned " + std::to_string(results.size()) +
+              " results for " + std::to_string(batch.size()) + " records";
+  } catch (...) {
+    failure = failure_message(std::current_exception());
+  }
+  return {};
+}
+
+// Exactly one result per record, in order. When a batch fails as a whole, its records run
+// again one at a time, so a record that breaks the batch (a bad per-record field noticed only
+// when the batch is built or run) fails alone instead of taking the others with it.
+std::vector<Result> process_batch(const Task& task, std::span<Item* const> batch) {
+  std::string failure;
+  std::vector<Result> results = run_task(task, batch, failure);
+  if (!failure.empty()) {
+    for (Item* item : batch) {
+      std::string alone = failure;
+      std::vector<Result> one;
+      if (batch.size() > 1) one = run_task(task, std::span<Item* const>(&item, 1), alone);
+      results.push_back(alone.empty() ? std::move(one.front())
+                                      : error_result(item->record.id, alone));
+    }
+  }
+  for (std::size_t k = 0; k < batch.size(); ++k) {
+    results[k].id = batch[k]->record.id;
+    results[k].fields_kept = batch[k]->record.fields;
+  }
+  return results;
+}
+
 }  // namespace
 
 void install_signal_handlers() {
@@ -132,7 +193,9 @@ void install_signal_handlers() {
   signal(SIGPIPE, SIG_IGN);
 }
 
-int interrupt_signal() { return g_signal.load(); }
+int interrupt_signal() {
+  return g_signal.load();
+}
 
 BatchingOptions batching_from(const Params& p) {
   BatchingOptions b;
@@ -145,8 +208,9 @@ BatchingOptions batching_from(const Params& p) {
 RunStats run_corpus(const Task& task, std::FILE* in, std::FILE* out, const RunOptions& options) {
   RunStats stats;
   const auto start = Clock::now();
-  const std::size_t window_size =
-      options.batching.read_ahead ? options.batching.read_ahead : 16 * options.batching.max_batch_size;
+  const std::size_t window_size = options.batching.read_ahead
+                                      ? options.batching.read_ahead
+                                      : 16 * options.batching.max_batch_size;
   RecordReader reader(in, options.input);
   // Batches in flight hold the queue by shared_ptr: when a run stops early, workers may still
   // finish a batch after run_corpus returned (the pool is then left to the process exit).
@@ -222,8 +286,9 @@ RunStats run_corpus(const Task& task, std::FILE* in, std::FILE* out, const RunOp
             Item& item = *(*items)[i];
             try {
               task.prepare(item);
-            } catch (const RecordError& e) {
-              queue.put_one(error_result(item.record.id, e.what()));
+            } catch (...) {
+              queue.put_one(
+                  error_result(item.record.id, failure_message(std::current_exception())));
               failed[i] = 1;
             }
           }
@@ -236,7 +301,8 @@ RunStats run_corpus(const Task& task, std::FILE* in, std::FILE* out, const RunOp
       for (std::size_t i = 0; i < items->size(); ++i)
         if (!failed[i]) ok.push_back((*items)[i].get());
     }
-    std::stable_sort(ok.begin(), ok.end(), [](const Item* a, const Item* b) { return a->cost < b->cost; });
+    std::stable_sort(ok.begin(), ok.end(),
+                     [](const Item* a, const Item* b) { return a->cost < b->cost; });
     std::size_t i = 0;
     while (i < ok.size()) {
       std::size_t j = i;
@@ -249,42 +315,35 @@ RunStats run_corpus(const Task& task, std::FILE* in, std::FILE* out, const RunOp
       }
       std::vector<Item*> batch(ok.begin() + i, ok.begin() + j);
       pool.submit([&task, queue_owner, items, batch = std::move(batch)] {
-        ResultQueue& queue = *queue_owner;
-        std::vector<Result> results;
-        try {
-          results = task.process(batch);
-        } catch (const RecordError& e) {
-          for (Item* it : batch) results.push_back(error_result(it->record.id, e.what()));
-        } catch (const std::exception& e) {
-          for (Item* it : batch)
-            results.push_back(error_result(it->record.id, std::string("internal error: ") + e.what()));
-        }
-        for (std::size_t k = 0; k < batch.size() && k < results.size(); ++k) {
-          results[k].id = batch[k]->record.id;
-          results[k].fields_kept = batch[k]->record.fields;
-        }
-        queue.put(std::move(results));
+        queue_owner->put(process_batch(task, batch));
       });
       i = j;
     }
   };
 
-  while (!stop.load() && g_signal.load() == 0) {
-    // A slow or interactive producer: run what is read before waiting for more.
-    if (!window.empty() && reader.would_block()) submit_window();
-    auto item = std::make_unique<Item>();
-    if (!reader.next(item->record)) break;
-    bytes_read = reader.bytes_read();
-    ++read;
-    if (!item->record.error.empty()) {
-      queue.put_one(error_result(item->record.id, item->record.error));
-    } else {
-      window.push_back(std::move(item));
+  // The input itself can fail (an unreadable stream, a TSV header over the record limit): the
+  // records read before are still processed and written, then the error is passed on.
+  std::exception_ptr input_error;
+  try {
+    while (!stop.load() && g_signal.load() == 0) {
+      // A slow or interactive producer: run what is read before waiting for more.
+      if (!window.empty() && reader.would_block()) submit_window();
+      auto item = std::make_unique<Item>();
+      if (!reader.next(item->record)) break;
+      bytes_read = reader.bytes_read();
+      ++read;
+      if (!item->record.error.empty()) {
+        queue.put_one(error_result(item->record.id, item->record.error));
+      } else {
+        window.push_back(std::move(item));
+      }
+      if (window.size() >= window_size) {
+        submit_window();
+        queue.wait_below(read, 2 * window_size + 1, stop);
+      }
     }
-    if (window.size() >= window_size) {
-      submit_window();
-      queue.wait_below(read, 2 * window_size + 1, stop);
-    }
+  } catch (...) {
+    input_error = std::current_exception();
   }
   if (g_signal.load() == 0 && !stop.load()) submit_window();
   if (g_signal.load() != 0) {
@@ -302,6 +361,7 @@ RunStats run_corpus(const Task& task, std::FILE* in, std::FILE* out, const RunOp
     return stats;
   }
   delete pool_ptr;
+  if (input_error) std::rethrow_exception(input_error);
   stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return stats;
 }
@@ -323,11 +383,13 @@ nlohmann::ordered_json summary_json(const Task& task, const RunStats& s) {
 std::string summary_text(const Task& task, const RunStats& s) {
   std::string out = task.summary_text();
   char line[256];
-  std::snprintf(line, sizeof line, "masque: %llu records, %llu ok, %llu failed; %llu tokens in %.2f s (%.0f tokens/s)\n",
-                static_cast<unsigned long long>(s.records),
-                static_cast<unsigned long long>(s.records - s.failed),
-                static_cast<unsigned long long>(s.failed), static_cast<unsigned long long>(s.tokens),
-                s.seconds, s.seconds > 0 ? s.tokens / s.seconds : 0.0);
+  std::snprintf(
+      line, sizeof line,
+      "masque: %llu records, %llu ok, %llu failed; %llu tokens in %.2f s (%.0f tokens/s)\n",
+      static_cast<unsigned long long>(s.records),
+      static_cast<unsigned long long>(s.records - s.failed),
+      static_cast<unsigned long long>(s.failed), static_cast<unsigned long long>(s.tokens),
+      s.seconds, s.seconds > 0 ? s.tokens / s.seconds : 0.0);
   return out + line;
 }
 

@@ -17,20 +17,23 @@ void tokenize_item(Item& item, const Tokenizer* tokenizer, const Model* model, b
                                      : model->info().vocab_size;
       for (TokenId id : item.tokens)
         if (id >= vocab)
-          throw RecordError("token id " + std::to_string(id) + " is out of the model's vocabulary (" +
-                            std::to_string(vocab) + " ids)");
+          throw RecordError("token id " + std::to_string(id) +
+                            " is out of the model's vocabulary (" + std::to_string(vocab) +
+                            " ids)");
     }
     item.type_ids.assign(item.tokens.size(), 0);
     return;
   }
-  if (!tokenizer) throw RecordError("the pipeline has no tokenizer: give records as ids (--input-format ids)");
+  if (!tokenizer)
+    throw RecordError("the pipeline has no tokenizer: give records as ids (--input-format ids)");
   Encoding e = tokenizer->encode(record.text, add_special);
   item.tokens = std::move(e.ids);
   item.type_ids = std::move(e.type_ids);
   if (item.type_ids.size() != item.tokens.size()) item.type_ids.assign(item.tokens.size(), 0);
 }
 
-void check_length(const Item& item, std::size_t tokens, const Params& task_params, const Model& model) {
+void check_length(const Item& item, std::size_t tokens, const Params& task_params,
+                  const Model& model) {
   (void)item;
   auto limit = static_cast<std::size_t>(task_params.get_int("max_record_tokens"));
   const char* what = "max_record_tokens";
@@ -40,17 +43,21 @@ void check_length(const Item& item, std::size_t tokens, const Params& task_param
     what = "the model's maximum positions";
   }
   if (limit > 0 && tokens > limit)
-    throw RecordError("the record has " + std::to_string(tokens) + " tokens, more than " + what + " (" +
-                      std::to_string(limit) + ")");
+    throw RecordError("the record has " + std::to_string(tokens) + " tokens, more than " + what +
+                      " (" + std::to_string(limit) + ")");
 }
 
 std::optional<std::vector<std::int32_t>> int_array_field(const Record& record, const char* name) {
   auto it = record.fields.find(name);
   if (it == record.fields.end() || it->is_null()) return std::nullopt;
-  if (!it->is_array()) throw RecordError(std::string("'") + name + "' must be an array of integers");
+  if (!it->is_array())
+    throw RecordError(std::string("'") + name + "' must be an array of integers");
   std::vector<std::int32_t> out;
   for (const auto& v : *it) {
-    if (!v.is_number_integer()) throw RecordError(std::string("'") + name + "' must be an array of integers");
+    // get<int32_t> would wrap larger values silently (4294967296 -> 0).
+    if (!v.is_number_integer() || v.get<std::int64_t>() < INT32_MIN ||
+        v.get<std::int64_t>() > INT32_MAX)
+      throw RecordError(std::string("'") + name + "' must be an array of 32-bit integers");
     out.push_back(v.get<std::int32_t>());
   }
   return out;
@@ -60,8 +67,9 @@ ParamSpec mask_token_param() {
   return {.name = "mask_token_id",
           .type = ParamType::integer,
           .default_value = "-1",
-          .help = "id of the [MASK] token, also fed as the query token of the query-stream mask "
-                  "(-1 = the tokenizer's [MASK])",
+          .help =
+              "id of the [MASK] token, also fed as the query token of the query-stream mask "
+              "(-1 = the tokenizer's [MASK])",
           .min = -1};
 }
 
@@ -71,10 +79,12 @@ TokenId mask_token(const Params& task_params, const Tokenizer* tokenizer) {
   return tokenizer ? tokenizer->special_tokens().mask : -1;
 }
 
-TokenId require_mask_token(const Params& task_params, const Tokenizer* tokenizer, const char* task) {
+TokenId require_mask_token(const Params& task_params, const Tokenizer* tokenizer,
+                           const char* task) {
   const TokenId id = mask_token(task_params, tokenizer);
   if (id < 0)
-    throw ConfigError(std::string(task) + " needs a [MASK] token: a tokenizer that has one, or task.mask_token_id");
+    throw ConfigError(std::string(task) +
+                      " needs a [MASK] token: a tokenizer that has one, or task.mask_token_id");
   return id;
 }
 
@@ -112,8 +122,9 @@ BuiltBatch assemble_batch(std::span<const SequenceSpec> sequences, std::vector<S
     const SequenceMask& m = built.masks[r];
     const std::size_t base = r * longest, n = s.ids.size();
     if (m.size() != n + m.query_positions.size())
-      throw RuntimeError("mask strategy returned " + std::to_string(m.size()) + " tokens for a sequence of " +
-                         std::to_string(n) + " tokens and " + std::to_string(m.query_positions.size()) + " queries");
+      throw RuntimeError("mask strategy returned " + std::to_string(m.size()) +
+                         " tokens for a sequence of " + std::to_string(n) + " tokens and " +
+                         std::to_string(m.query_positions.size()) + " queries");
     for (std::size_t t = 0; t < n; ++t) {
       b.ids[base + t] = s.ids[t];
       b.positions[base + t] = static_cast<std::int32_t>(t);
@@ -121,7 +132,8 @@ BuiltBatch assemble_batch(std::span<const SequenceSpec> sequences, std::vector<S
     }
     for (std::size_t q = 0; q < m.query_positions.size(); ++q) {
       if (query_token < 0)
-        throw RecordError("the mask strategy appends query tokens, but there is no [MASK] token to feed them");
+        throw RecordError(
+            "the mask strategy appends query tokens, but there is no [MASK] token to feed them");
       const auto p = static_cast<std::size_t>(m.query_positions[q]);
       b.ids[base + n + q] = query_token;
       b.positions[base + n + q] = static_cast<std::int32_t>(p);

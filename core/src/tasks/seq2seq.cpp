@@ -21,18 +21,23 @@ class Seq2SeqTask final : public Task {
       : params_(pipeline.task_params),
         model_(*plugins.model),
         source_tokenizer_(plugins.tokenizer.get()),
-        target_tokenizer_(plugins.target_tokenizer ? plugins.target_tokenizer.get() : plugins.tokenizer.get()),
+        target_tokenizer_(plugins.target_tokenizer ? plugins.target_tokenizer.get()
+                                                   : plugins.tokenizer.get()),
         mask_(plugins.mask.get()),
         decoder_(*plugins.decoder),
         token_logprobs_(params_.get_bool("token_logprobs")),
         prefix_field_(params_.get_string("prefix_field")) {
     const ModelInfo& info = model_.info();
     if (info.kind == ModelKind::decoder_only)
-      throw ConfigError("seq2seq needs an encoder-decoder model, or a BERT-like model with the seq2seq mask");
+      throw ConfigError(
+          "seq2seq needs an encoder-decoder model, or a BERT-like model with the seq2seq mask");
     if (info.kind == ModelKind::encoder_only) {
       if (!mask_ || !mask_->supports_incremental())
-        throw ConfigError("seq2seq with an encoder-only model needs the `seq2seq` mask strategy (mask: {plugin: seq2seq})");
-      if (!source_tokenizer_) throw ConfigError("seq2seq with an encoder-only model needs a tokenizer");
+        throw ConfigError(
+            "seq2seq with an encoder-only model needs the `seq2seq` mask strategy (mask: {plugin: "
+            "seq2seq})");
+      if (!source_tokenizer_)
+        throw ConfigError("seq2seq with an encoder-only model needs a tokenizer");
     }
   }
 
@@ -45,8 +50,11 @@ class Seq2SeqTask final : public Task {
       if (!target_tokenizer_) throw RecordError("a target prefix needs a tokenizer");
       input->prefix = target_tokenizer_->encode(it->get<std::string>(), false).ids;
     } else if (it != item.record.fields.end() && it->is_array()) {
+      const std::int64_t vocab = model_.info().vocab_size;
       for (const auto& v : *it) {
-        if (!v.is_number_integer()) throw RecordError("'" + prefix_field_ + "' must be text or an array of ids");
+        if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= vocab)
+          throw RecordError("'" + prefix_field_ + "' must be text or an array of ids in 0.." +
+                            std::to_string(vocab - 1));
         input->prefix.push_back(v.get<TokenId>());
       }
     }
@@ -108,7 +116,8 @@ class Seq2SeqTask final : public Task {
       if (unilm) records[i].context = items[i]->tokens;
       records[i].prefix = prefix;
       if (unilm && info.max_positions > 0)
-        records[i].max_steps = info.max_positions - static_cast<std::int32_t>(items[i]->tokens.size());
+        records[i].max_steps =
+            info.max_positions - static_cast<std::int32_t>(items[i]->tokens.size());
     }
     BuiltBatch built = unilm ? build_batch(specs, *mask_, info.pad, -1) : source_batch(specs);
     Tensor logits;
@@ -118,13 +127,17 @@ class Seq2SeqTask final : public Task {
         built.batch.output_rows.push_back(
             static_cast<std::int32_t>(i * built.batch.length + items[i]->tokens.size() - 1));
       state = model_.start(built.batch, &logits);
-      ModelStepper stepper(model_, std::move(state), std::move(logits), std::move(records), end_tokens(), -1, 1);
+      ModelStepper stepper(model_, std::move(state), std::move(logits), std::move(records),
+                           end_tokens(), -1, 1);
       return decoder_.decode(stepper);
     }
     state = model_.start(built.batch, nullptr);
     TokenId start = info.decoder_start >= 0 ? info.decoder_start : info.bos;
-    if (start < 0) throw ConfigError("the model has no decoder start token (decoder_start_token_id in config.json)");
-    ModelStepper stepper(model_, std::move(state), Tensor(), std::move(records), end_tokens(), start);
+    if (start < 0)
+      throw ConfigError(
+          "the model has no decoder start token (decoder_start_token_id in config.json)");
+    ModelStepper stepper(model_, std::move(state), Tensor(), std::move(records), end_tokens(),
+                         start);
     return decoder_.decode(stepper);
   }
 
@@ -155,11 +168,13 @@ class Seq2SeqTask final : public Task {
   std::vector<TokenId> end_tokens() const {
     const ModelInfo& info = model_.info();
     if (info.kind == ModelKind::encoder_only) {
-      if (source_tokenizer_->special_tokens().sep >= 0) return {source_tokenizer_->special_tokens().sep};
+      if (source_tokenizer_->special_tokens().sep >= 0)
+        return {source_tokenizer_->special_tokens().sep};
       return {};
     }
     if (info.eos >= 0) return {info.eos};
-    if (target_tokenizer_ && target_tokenizer_->special_tokens().eos >= 0) return {target_tokenizer_->special_tokens().eos};
+    if (target_tokenizer_ && target_tokenizer_->special_tokens().eos >= 0)
+      return {target_tokenizer_->special_tokens().eos};
     return {};
   }
 
@@ -178,22 +193,23 @@ std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {
 }
 
 const TaskRegistration registration({
-    .spec = {.name = "seq2seq",
-             .description = "source in, target out with any decoder: an encoder-decoder model, or a "
-                            "BERT-like model under the seq2seq (UniLM) mask: {id, text, tokens, score} "
-                            "(+ hypotheses for n-best)",
-             .params = {{.name = "token_logprobs",
-                         .type = ParamType::boolean,
-                         .default_value = "false",
-                         .help = "also output the log-probability of every generated token"},
-                        {.name = "prefix_field",
-                         .type = ParamType::string,
-                         .default_value = "prefix",
-                         .help = "JSON-lines / TSV field holding a target prefix (text, or an array of "
-                                 "ids) to force before decoding freely"}},
-             .required_sections = {"model", "decoder"},
-             .optional_sections = {"tokenizer", "target_tokenizer", "mask"},
-             .default_plugins = {{"decoder", "greedy"}}},
+    .spec =
+        {.name = "seq2seq",
+         .description = "source in, target out with any decoder: an encoder-decoder model, or a "
+                        "BERT-like model under the seq2seq (UniLM) mask: {id, text, tokens, score} "
+                        "(+ hypotheses for n-best)",
+         .params = {{.name = "token_logprobs",
+                     .type = ParamType::boolean,
+                     .default_value = "false",
+                     .help = "also output the log-probability of every generated token"},
+                    {.name = "prefix_field",
+                     .type = ParamType::string,
+                     .default_value = "prefix",
+                     .help = "JSON-lines / TSV field holding a target prefix (text, or an array of "
+                             "ids) to force before decoding freely"}},
+         .required_sections = {"model", "decoder"},
+         .optional_sections = {"tokenizer", "target_tokenizer", "mask"},
+         .default_plugins = {{"decoder", "greedy"}}},
     .create = create,
 });
 

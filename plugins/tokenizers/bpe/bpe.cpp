@@ -277,6 +277,12 @@ class BytePairEncoder final : public masque::Tokenizer {
                           " is not an integer in 0..2^30");
       max_id = std::max(max_id, value.get<std::int64_t>());
     }
+    // Ids index tables sized by the largest one: a few gaps are fine, a lone huge id is not.
+    const auto count = static_cast<std::int64_t>(j.size());
+    if (max_id >= 2 * count + 256)
+      throw ConfigError(file + ": the largest id is " + std::to_string(max_id) +
+                        " but there are only " + std::to_string(count) +
+                        " tokens (ids should number them 0.." + std::to_string(count - 1) + ")");
     pieces_.assign(static_cast<std::size_t>(max_id + 1), std::string());
     bytes_.assign(pieces_.size(), std::string());
     std::array<int, 0x200> unicode_to_byte;

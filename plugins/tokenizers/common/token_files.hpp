@@ -68,6 +68,9 @@ class TokenMap {
  public:
   // Returns the id already stored for `key`, or -1 after inserting (key, id).
   TokenId insert(std::string_view key, TokenId id) {
+    // Slots hold 32-bit arena offsets.
+    if (arena_.size() + key.size() > UINT32_MAX)
+      throw ConfigError("more than 4 GiB of token text: not a vocabulary masque can hold");
     if ((size_ + 1) * 4 > slots_.size() * 3) grow();
     const std::uint64_t h = hash_bytes(key);
     for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
@@ -152,8 +155,18 @@ inline std::string read_whole_file(const std::string& path, const char* what) {
   return ss.str();
 }
 
-// A token as it may be quoted in a message: control bytes escaped.
+// A token as it may be quoted in a message: control bytes escaped, and a token longer than
+// kQuotedBytes cut (at a character boundary) with its size, so a megabyte "token" from a
+// broken file does not become a megabyte error message.
+inline constexpr std::size_t kQuotedBytes = 64;
 inline std::string quote_token(std::string_view t) {
+  std::string suffix = "'";
+  if (t.size() > kQuotedBytes) {
+    suffix = "...' (" + std::to_string(t.size()) + " bytes)";
+    std::size_t cut = kQuotedBytes;
+    while (cut > 0 && (static_cast<unsigned char>(t[cut]) & 0xC0) == 0x80) --cut;
+    t = t.substr(0, cut);
+  }
   std::string out = "'";
   for (char c : t) {
     const auto b = static_cast<unsigned char>(c);
@@ -166,14 +179,18 @@ inline std::string quote_token(std::string_view t) {
       out += c;
     }
   }
-  return out + "'";
+  return out + suffix;
 }
+
+// The longest token a vocabulary may hold. Real tokens are a few bytes; the bound keeps a
+// broken or hostile file from making every word lookup scan megabytes.
+inline constexpr std::size_t kMaxTokenBytes = 0xFFFF;
 
 // Reads a vocabulary with one token per line; id = 0-based line number. Lines are split on '\n'
 // only (never on other Unicode line breaks, and never trimmed: tokens may be invisible format
 // characters); with `strip_cr` one '\r' before the '\n' is removed (CRLF files). The final
-// line break is optional. A missing or empty file, an empty line and a token that appears twice
-// are ConfigErrors naming the file and line.
+// line break is optional. A missing or empty file, an empty line, a line longer than
+// kMaxTokenBytes and a token that appears twice are ConfigErrors naming the file and line.
 inline std::vector<std::string> read_token_lines(const std::string& path, bool strip_cr,
                                                  const char* what = "vocabulary file") {
   const std::string data = read_whole_file(path, what);
@@ -188,6 +205,10 @@ inline std::vector<std::string> read_token_lines(const std::string& path, bool s
     if (line.empty())
       throw ConfigError(path + ":" + std::to_string(tokens.size() + 1) +
                         ": empty line (a vocabulary has one non-empty token per line)");
+    if (line.size() > kMaxTokenBytes)
+      throw ConfigError(path + ":" + std::to_string(tokens.size() + 1) + ": a line of " +
+                        std::to_string(line.size()) + " bytes; a token is at most " +
+                        std::to_string(kMaxTokenBytes) + " bytes (is this a vocabulary?)");
     tokens.emplace_back(line);
     pos = nl + 1;
   }
@@ -196,6 +217,8 @@ inline std::vector<std::string> read_token_lines(const std::string& path, bool s
 
 // token -> id; a duplicate is a ConfigError naming both lines.
 inline TokenMap index_tokens(const std::vector<std::string>& tokens, const std::string& path) {
+  if (tokens.size() > static_cast<std::size_t>(INT32_MAX))
+    throw ConfigError(path + ": more than 2^31 tokens, more than token ids can number");
   TokenMap map;
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const TokenId before = map.insert(tokens[i], static_cast<TokenId>(i));
