@@ -2,6 +2,9 @@
 
 #include <cstdlib>
 #include <memory>
+#include <string>
+
+#include <sys/mman.h>
 
 #include "masque/error.hpp"
 
@@ -32,6 +35,25 @@ void* thread_scratchpad(std::size_t bytes) {
     buffer.size = size;
   }
   return buffer.data.get();
+}
+
+dnnl::memory layer_memory(const dnnl::memory::desc& md, std::shared_ptr<void>& storage) {
+  constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  const std::size_t bytes = md.get_size();
+  if (bytes < kHugePage) {  // oneDNN's own allocation; it owns the buffer
+    storage.reset();
+    return dnnl::memory(md, cpu_engine());
+  }
+  void* p = nullptr;
+  if (posix_memalign(&p, kHugePage, bytes) != 0)
+    throw RuntimeError("out of memory allocating " + std::to_string(bytes) + " bytes of weights");
+  storage.reset(p, &std::free);
+#ifdef MADV_HUGEPAGE
+  // Advice only, on whole huge pages (a partial last one would commit memory past the end);
+  // without THP the buffer simply keeps small pages.
+  madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
+#endif
+  return dnnl::memory(md, cpu_engine(), p);
 }
 
 }  // namespace masque::numerics

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -14,5 +15,10 @@ dnnl::stream& thread_stream();
 // A per-thread scratch buffer of at least `bytes` (primitives use user-managed scratchpads so
 // that concurrent executions never share one).
 void* thread_scratchpad(std::size_t bytes);
+// Memory for `md` that lives as long as a layer (packed weights); `storage` owns it and must
+// outlive every memory object that uses it. Buffers of a few megabytes and more get transparent
+// huge pages where the kernel allows them (THP "madvise" mode): a matmul streaming its weights
+// then misses the TLB far less often.
+dnnl::memory layer_memory(const dnnl::memory::desc& md, std::shared_ptr<void>& storage);
 
 }  // namespace masque::numerics

@@ -98,6 +98,7 @@ struct Linear::Impl {
     std::int64_t begin = 0, depth = 0;
     dnnl::memory::desc weights_md;  // packed
     dnnl::memory weights;
+    std::shared_ptr<void> storage;  // owns the weights' buffer when oneDNN does not
   };
   std::vector<Part> parts;
   dnnl::memory::desc bias_md;  // zero desc when there is no bias
@@ -108,6 +109,7 @@ struct Linear::Impl {
     dnnl::memory::desc src_md, dst_md;
     std::size_t scratchpad_bytes = 0;
     dnnl::memory weights;  // the packed weights, or a copy in the layout this primitive wants
+    std::shared_ptr<void> storage;  // the buffer of `weights`
   };
   using Key = std::tuple<std::int64_t, int, std::size_t>;  // rows, threads, part
   mutable std::mutex mutex;
@@ -150,10 +152,11 @@ std::shared_ptr<const Linear::Impl::Executable> Linear::Impl::create(std::int64_
   }
   if (packed_ok) {
     exe->weights = p.weights;
+    exe->storage = p.storage;
   } else {
     // This row count wants another layout: give it its own copy (rare; memory over speed).
     pd = describe(rows, part, dnnl::memory::desc({p.depth, out}, compute, tag::any));
-    exe->weights = dnnl::memory(pd.weights_desc(), cpu_engine());
+    exe->weights = numerics::layer_memory(pd.weights_desc(), exe->storage);
     dnnl::memory src = p.weights;
     dnnl::reorder(src, exe->weights).execute(thread_stream(), src, exe->weights);
     thread_stream().wait();
@@ -237,7 +240,8 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options) 
     std::memcpy(impl->bias.get_data_handle(), b32.f32(), b32.bytes());
   }
   for (const auto& [begin, depth] : input_slices(impl->in, impl->compute))
-    impl->parts.push_back({.begin = begin, .depth = depth, .weights_md = {}, .weights = {}});
+    impl->parts.push_back(
+        {.begin = begin, .depth = depth, .weights_md = {}, .weights = {}, .storage = {}});
   for (std::size_t i = 0; i < impl->parts.size(); ++i) {
     Impl::Part& part = impl->parts[i];
     dnnl::matmul::primitive_desc pd;
@@ -251,7 +255,7 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options) 
     dnnl::memory src =
         source_weights(w32, options.layout, impl->in, impl->out, part.begin, part.depth);
     part.weights_md = pd.weights_desc();
-    part.weights = dnnl::memory(part.weights_md, cpu_engine());
+    part.weights = numerics::layer_memory(part.weights_md, part.storage);
     dnnl::reorder(src, part.weights).execute(thread_stream(), src, part.weights);
   }
   thread_stream().wait();
