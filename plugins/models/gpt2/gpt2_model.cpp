@@ -7,6 +7,7 @@
 #include <new>
 #include <string>
 
+#include "decoder_only.hpp"
 #include "masque/attention.hpp"
 #include "masque/error.hpp"
 #include "masque/ops.hpp"
@@ -52,106 +53,7 @@ Tensor reusable_output(std::int64_t rows, std::int64_t width) {
   return Tensor::view(buffer.get(), {rows, width}, DType::f32, buffer);
 }
 
-// Where a token sits, for messages: "(row 1, column 3)" or "(step, row 1)".
-std::string where(std::int64_t row, std::int64_t column) {
-  return column < 0 ? "(step, row " + std::to_string(row) + ")"
-                    : "(row " + std::to_string(row) + ", column " + std::to_string(column) + ")";
-}
-
-// RecordErrors for tokens the model cannot take; messages are only built on failure.
-void check_token(TokenId id, const ModelInfo& info, std::int64_t row, std::int64_t column) {
-  if (id < 0 || id >= info.vocab_size)
-    throw RecordError("token id " + std::to_string(id) + " " + where(row, column) +
-                      " is outside the model's vocabulary of " + std::to_string(info.vocab_size) +
-                      " ids");
-}
-
-void check_position(std::int32_t position, const ModelInfo& info, std::int64_t row,
-                    std::int64_t column) {
-  if (position < 0 || position >= info.max_positions)
-    throw RecordError("position " + std::to_string(position) + " " + where(row, column) +
-                      " is outside the model's " + std::to_string(info.max_positions) +
-                      " positions (n_positions)");
-}
-
-// Copies the batch's ids and positions into the workspace, checking every non-pad token.
-void prepare_tokens(const Batch& batch, const ModelInfo& info, Workspace& ws) {
-  const std::int64_t n = std::int64_t{batch.batch} * batch.length;
-  if (batch.batch < 0 || batch.length < 0 || batch.ids.size() != static_cast<std::size_t>(n) ||
-      batch.positions.size() != static_cast<std::size_t>(n) ||
-      batch.attention.batch != batch.batch || batch.attention.length != batch.length ||
-      batch.attention.role.size() != static_cast<std::size_t>(n))
-    throw RuntimeError("gpt2: a " + std::to_string(batch.batch) + " x " +
-                       std::to_string(batch.length) + " batch needs that many ids (" +
-                       std::to_string(batch.ids.size()) + "), positions (" +
-                       std::to_string(batch.positions.size()) + ") and layout entries");
-  ws.ids.resize(n);
-  ws.positions.resize(n);
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (batch.attention.role[i] == TokenRole::pad) {
-      ws.ids[i] = 0;
-      ws.positions[i] = 0;
-      continue;
-    }
-    check_token(batch.ids[i], info, i / batch.length, i % batch.length);
-    check_position(batch.positions[i], info, i / batch.length, i % batch.length);
-    ws.ids[i] = batch.ids[i];
-    ws.positions[i] = batch.positions[i];
-  }
-}
-
-// One token per row for a step: ids as given, positions as given or each row's next one.
-void prepare_step(const StepInput& input, const KvCache& cache, const ModelInfo& info,
-                  Workspace& ws) {
-  const auto rows = static_cast<std::size_t>(cache.rows());
-  if (input.tokens.size() != rows || (!input.positions.empty() && input.positions.size() != rows))
-    throw RuntimeError("gpt2: a step takes one token (and position) per row: " +
-                       std::to_string(input.tokens.size()) + " tokens, " +
-                       std::to_string(input.positions.size()) + " positions for " +
-                       std::to_string(rows) + " rows");
-  ws.ids.resize(rows);
-  ws.positions.resize(rows);
-  for (std::size_t r = 0; r < rows; ++r) {
-    const auto row = static_cast<std::int32_t>(r);
-    ws.ids[r] = input.tokens[r];
-    ws.positions[r] = input.positions.empty() ? cache.next_position(row) : input.positions[r];
-    check_token(ws.ids[r], info, row, -1);
-    check_position(ws.positions[r], info, row, -1);
-  }
-}
-
-// `rows` of x (all of x when empty), gathered into `out` if needed.
-const Tensor& select_rows(const Tensor& x, std::span<const std::int32_t> rows, Tensor& out) {
-  if (rows.empty()) return x;
-  const std::int64_t width = x.dim(-1), total = x.numel() / width;
-  out.resize({static_cast<std::int64_t>(rows.size()), width});
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i] < 0 || rows[i] >= total)
-      throw RuntimeError("gpt2: output row " + std::to_string(rows[i]) + " of a batch of " +
-                         std::to_string(total) + " tokens");
-    std::memcpy(out.f32() + i * width, x.f32() + rows[i] * width, sizeof(float) * width);
-  }
-  return out;
-}
-
-// Ends the append in progress unless it completed (an exception leaves the cache usable).
-class AppendGuard {
- public:
-  explicit AppendGuard(KvCache& cache) : cache_(cache) {}
-  ~AppendGuard() {
-    if (!done_) cache_.end(false);
-  }
-  AppendGuard(const AppendGuard&) = delete;
-  AppendGuard& operator=(const AppendGuard&) = delete;
-  void end(bool keep) {
-    cache_.end(keep);
-    done_ = true;
-  }
-
- private:
-  KvCache& cache_;
-  bool done_ = false;
-};
+constexpr decoder_only::ModelNames kNames{"gpt2", "n_positions"};
 
 }  // namespace
 
@@ -256,7 +158,7 @@ void Gpt2Model::run(Workspace& ws, const AttentionTarget& target) const {
 void Gpt2Model::outputs(Workspace& ws, std::span<const std::int32_t> rows, Tensor* logits,
                         Tensor* hidden, bool reuse) const {
   if (!logits && !hidden) return;
-  const Tensor& last = select_rows(ws.hidden, rows, ws.selected);
+  const Tensor& last = decoder_only::select_rows(ws.hidden, rows, ws.selected, kNames);
   Tensor& normed = hidden ? *hidden : ws.normed;
   ln_f_.forward(last, normed);
   // The head (vocab x hidden per row) dominates: it only sees the rows asked for.
@@ -267,7 +169,7 @@ void Gpt2Model::outputs(Workspace& ws, std::span<const std::int32_t> rows, Tenso
 
 ForwardResult Gpt2Model::forward(const Batch& batch) const {
   Workspace& ws = thread_workspace();
-  prepare_tokens(batch, info_, ws);
+  decoder_only::prepare_tokens(batch, info_, kNames, ws.ids, ws.positions);
   run(ws, {.layout = &batch.attention, .length = batch.length});
   ForwardResult result;
   outputs(ws, batch.output_rows, batch.want_logits ? &result.logits : nullptr,
@@ -279,9 +181,9 @@ std::unique_ptr<DecodeState> Gpt2Model::start(const Batch& batch, Tensor* logits
   auto state = std::make_unique<State>(
       KvCache(config_.layers, config_.heads, config_.head_dim(), batch.batch));
   Workspace& ws = state->workspace;
-  prepare_tokens(batch, info_, ws);
+  decoder_only::prepare_tokens(batch, info_, kNames, ws.ids, ws.positions);
   state->cache.begin(batch.attention, ws.positions);
-  AppendGuard append(state->cache);
+  decoder_only::AppendGuard append(state->cache);
   run(ws, {.cache = &state->cache, .length = batch.length});
   append.end(true);
   if (logits) outputs(ws, batch.output_rows, logits, nullptr, false);
@@ -293,9 +195,9 @@ void Gpt2Model::step(DecodeState& s, const StepInput& input, Tensor& logits) con
   if (!state || state->cache.layers() != config_.layers || state->cache.width() != config_.hidden)
     throw RuntimeError("gpt2: step() with a state that this model did not start");
   Workspace& ws = state->workspace;
-  prepare_step(input, state->cache, info_, ws);
+  decoder_only::prepare_step(input, state->cache, info_, kNames, ws.ids, ws.positions);
   state->cache.begin_step(input.append ? TokenRole::content : TokenRole::query, ws.positions);
-  AppendGuard append(state->cache);
+  decoder_only::AppendGuard append(state->cache);
   run(ws, {.cache = &state->cache, .length = 1});
   append.end(input.append);
   outputs(ws, {}, &logits, nullptr, false);
