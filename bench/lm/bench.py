@@ -1,0 +1,410 @@
+#!/usr/bin/python3
+"""Language-model benchmark driver: masque and PyTorch on the same work, in the same run.
+
+    bench.py --build BUILD_DIR --scratch DIR [--rounds 3] [--reps 4] [--only score,generate,corpus]
+
+Run through run.sh, which documents the method. Every measurement alternates masque and
+PyTorch within each round (both see the same machine load) and quotes the median over rounds.
+Prints markdown tables and writes every raw measurement to DIR/results.json.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+PYTHON = "/usr/bin/python3"  # Debian's python3 with python3-torch and python3-numpy
+STORIES = os.path.join(ROOT, "..", "shared", "models", "stories260k")
+GPT2_TOKENIZER = os.path.join(ROOT, "..", "shared", "tokenizers", "gpt2")
+
+SCORE_RECORDS, SCORE_LENGTH = 8, 256
+PROMPT_LENGTH, NEW_TOKENS = 32, 128
+STORY_RECORDS, GPT2_CORPUS_RECORDS = 4000, 128
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def sh(cmd, stdout=None):
+    subprocess.run(cmd, check=True, stdout=stdout)
+
+
+# ---- setup -----------------------------------------------------------------------------------
+
+def setup(a):
+    """Model, inputs and pipelines in the scratch folder (made once; all deterministic)."""
+    s = a.scratch
+    os.makedirs(s, exist_ok=True)
+    model = os.path.join(s, "gpt2-small")
+    if not os.path.exists(os.path.join(model, "model.safetensors")):
+        log("writing the random-weight GPT-2-small model ...")
+        sh([PYTHON, os.path.join(HERE, "make_model.py"), model])
+    inputs = {
+        "score.ids": ["ids", "--records", str(SCORE_RECORDS), "--length", str(SCORE_LENGTH),
+                      "--seed", "1"],
+        "prompt.ids": ["ids", "--records", "1", "--length", str(PROMPT_LENGTH), "--seed", "3"],
+        "stories.txt": ["stories", "--records", str(STORY_RECORDS), "--seed", "2"],
+    }
+    for name, args in inputs.items():
+        sh([PYTHON, os.path.join(HERE, "make_inputs.py"), args[0], os.path.join(s, name)] + args[1:])
+    with open(os.path.join(s, "stories.txt")) as f:
+        stories = f.readlines()
+    with open(os.path.join(s, "stories-gpt2.txt"), "w") as f:
+        f.writelines(stories[:GPT2_CORPUS_RECORDS])
+    pipelines = {
+        "gpt2-score.yaml": "task: lm-score\nmodel: {plugin: gpt2, path: gpt2-small}\n"
+                           "mask: {plugin: causal}\n",
+        "gpt2-generate.yaml": "task: lm-generate\nmodel: {plugin: gpt2, path: gpt2-small}\n"
+                              "mask: {plugin: causal}\ndecoder: {plugin: greedy}\n",
+        "gpt2-score-text.yaml": "task: lm-score\nmodel: {plugin: gpt2, path: gpt2-small}\n"
+                                f"tokenizer: {{plugin: bpe, path: {GPT2_TOKENIZER}}}\n"
+                                "mask: {plugin: causal}\n",
+    }
+    for name, text in pipelines.items():
+        with open(os.path.join(s, name), "w") as f:
+            f.write(text)
+    # The peer reads the ids masque's tokenizers produce (tokenization is not timed for it).
+    tokenize(a, os.path.join(ROOT, "pipelines", "lm-score.yaml"), "stories.txt", "stories.ids")
+    tokenize(a, os.path.join(s, "gpt2-score-text.yaml"), "stories-gpt2.txt", "stories-gpt2.ids")
+    return model
+
+
+def tokenize(a, pipeline, text, ids):
+    out = subprocess.run([masque(a), "tokenize", pipeline, "-q", "-i", os.path.join(a.scratch, text)],
+                         check=True, capture_output=True, text=True).stdout
+    with open(os.path.join(a.scratch, ids), "w") as f:
+        for line in out.splitlines():
+            f.write(" ".join(map(str, json.loads(line)["ids"])) + "\n")
+
+
+def masque(a):
+    return os.path.join(a.build, "bin", "masque")
+
+
+def repeated(a, name, times):
+    """The input file `name` repeated `times` times (several batches of the same work)."""
+    path = os.path.join(a.scratch, f"{times}x-{name}")
+    with open(os.path.join(a.scratch, name)) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text * times)
+    return path
+
+
+# ---- running the two sides -------------------------------------------------------------------
+
+def run_masque(a, pipeline, input_path, options):
+    """One masque process: (corpus seconds from --summary, process wall seconds, output lines)."""
+    summary = os.path.join(a.scratch, "summary.json")
+    cmd = [masque(a), "run", pipeline, "-i", input_path, "-q", "--summary", summary] + options
+    t = time.perf_counter()
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    wall = time.perf_counter() - t
+    with open(summary) as f:
+        seconds = json.load(f)["seconds"]
+    return seconds, wall, [json.loads(l) for l in out.splitlines()], " ".join(cmd)
+
+
+def run_torch(a, model, task, ids, threads, reps, extra=()):
+    cmd = [PYTHON, os.path.join(HERE, "torch_lm.py"), model, "--task", task, "--ids", ids,
+           "--threads", str(threads), "--reps", str(reps)] + list(extra)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out), " ".join(cmd)
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+# ---- issue 5 (a): scoring 8 x 256 ------------------------------------------------------------
+
+MASQUE_CONFIGS = {  # threads -> {label: options}
+    1: {"--threads 1": ["--threads", "1"]},
+    2: {"--threads 2": ["--threads", "2"], "--intra-threads 2": ["--intra-threads", "2"]},
+}
+
+
+def bench_score(a, model, results):
+    """Per-batch seconds: masque runs `reps` batches of the 8 records in one process and its
+    --summary seconds (model load excluded) are divided by `reps`; PyTorch times `reps`
+    repetitions after a warm-up."""
+    s = a.scratch
+    work = repeated(a, "score.ids", a.reps)
+    pipeline = os.path.join(s, "gpt2-score.yaml")
+    base = ["--input-format", "ids", "--set", f"task.max_batch_size={SCORE_RECORDS}"]
+    for threads in (1, 2):
+        for r in range(a.rounds):
+            log(f"score, {threads} thread(s), round {r + 1}, load {loadavg()}")
+            for label, opts in MASQUE_CONFIGS[threads].items():
+                for dtype in a.dtypes:
+                    sec, wall, out, cmd = run_masque(a, pipeline, work,
+                                                     base + opts + dtype_options(dtype))
+                    nll = sum(o["nll"] for o in out[:SCORE_RECORDS])
+                    results.append({"bench": "score", "side": "masque", "threads": threads,
+                                    "config": label, "dtype": dtype, "batch_seconds": sec / a.reps,
+                                    "nll": nll, "load": loadavg(), "cmd": cmd})
+            for dtype in a.dtypes:
+                t, cmd = run_torch(a, model, "score", os.path.join(s, "score.ids"), threads, a.reps,
+                                   ["--dtype", dtype])
+                results.append({"bench": "score", "side": "torch", "threads": threads,
+                                "config": "tuned", "dtype": dtype,
+                                "batch_seconds": median(t["seconds"]), "nll": t["nll"],
+                                "load_seconds": t["load_seconds"], "load": loadavg(), "cmd": cmd})
+
+
+def dtype_options(dtype):
+    return [] if dtype == "f32" else ["--set", f"model.matmul_dtype={dtype}"]
+
+
+# ---- issue 5 (b): generation at batch 1 ------------------------------------------------------
+
+GEN_CONFIGS = {1: {"--threads 1": ["--threads", "1"]},
+               2: {"--intra-threads 2": ["--intra-threads", "2"]}}
+
+
+def bench_generate(a, model, results):
+    """ms per generated token, prompt prefill included on both sides: masque generates for
+    `reps` copies of the prompt one after another (batch 1) in one process; PyTorch times
+    `reps` generations after a warm-up one."""
+    s = a.scratch
+    work = repeated(a, "prompt.ids", a.reps)
+    pipeline = os.path.join(s, "gpt2-generate.yaml")
+    base = ["--input-format", "ids", "--set", "task.max_batch_size=1",
+            "--set", f"decoder.max_new_tokens={NEW_TOKENS}",
+            "--set", f"decoder.min_new_tokens={NEW_TOKENS}"]
+    for threads in (1, 2):
+        for r in range(a.rounds):
+            log(f"generate, {threads} thread(s), round {r + 1}, load {loadavg()}")
+            for label, opts in GEN_CONFIGS[threads].items():
+                for dtype in a.dtypes:
+                    sec, wall, out, cmd = run_masque(a, pipeline, work,
+                                                     base + opts + dtype_options(dtype))
+                    results.append({"bench": "generate", "side": "masque", "threads": threads,
+                                    "config": label, "dtype": dtype,
+                                    "ms_per_token": 1e3 * sec / (a.reps * NEW_TOKENS),
+                                    "tokens": out[0]["tokens"], "load": loadavg(), "cmd": cmd})
+            for dtype in a.dtypes:
+                t, cmd = run_torch(a, model, "generate", os.path.join(s, "prompt.ids"), threads,
+                                   a.reps, ["--new-tokens", str(NEW_TOKENS), "--dtype", dtype])
+                results.append({"bench": "generate", "side": "torch", "threads": threads,
+                                "config": "tuned", "dtype": dtype,
+                                "ms_per_token": 1e3 * median(t["seconds"]) / NEW_TOKENS,
+                                "tokens": t["generated"][0], "load_seconds": t["load_seconds"],
+                                "load": loadavg(), "cmd": cmd})
+
+
+def bench_load(a, results):
+    """Model load: a masque process on no records (process wall time)."""
+    empty = os.path.join(a.scratch, "empty.ids")
+    open(empty, "w").close()
+    for _ in range(a.rounds):
+        sec, wall, _, cmd = run_masque(a, os.path.join(a.scratch, "gpt2-score.yaml"), empty,
+                                       ["--input-format", "ids"])
+        results.append({"bench": "load", "side": "masque", "wall": wall, "cmd": cmd})
+
+
+# ---- issue 8: lm-score records/s on corpora --------------------------------------------------
+
+def corpora(a, model):
+    s = a.scratch
+    return [
+        {"name": "stories260k", "model": STORIES, "records": STORY_RECORDS,
+         "pipeline": os.path.join(ROOT, "pipelines", "lm-score.yaml"),
+         "text": os.path.join(s, "stories.txt"), "ids": os.path.join(s, "stories.ids")},
+        {"name": "gpt2-small", "model": model, "records": GPT2_CORPUS_RECORDS,
+         "pipeline": os.path.join(s, "gpt2-score-text.yaml"),
+         "text": os.path.join(s, "stories-gpt2.txt"), "ids": os.path.join(s, "stories-gpt2.ids")},
+    ]
+
+
+def bench_corpus(a, model, results):
+    """Records/s over a whole corpus: masque reads the text (tokenizing it) and its --summary
+    seconds exclude the model load; PyTorch scores the same records' ids in batches formed
+    like masque's, timed after a warm-up pass over the corpus."""
+    for c in corpora(a, model):
+        for batch in (1, 8, 32):
+            for threads in (1, 2):
+                for r in range(a.rounds):
+                    log(f"corpus {c['name']}, batch {batch}, {threads} thread(s), round {r + 1}, "
+                        f"load {loadavg()}")
+                    for label, opts in MASQUE_CONFIGS[threads].items():
+                        sec, wall, out, cmd = run_masque(
+                            a, c["pipeline"], c["text"],
+                            opts + ["--set", f"task.max_batch_size={batch}"])
+                        results.append({"bench": "corpus", "corpus": c["name"], "side": "masque",
+                                        "batch": batch, "threads": threads, "config": label,
+                                        "records_per_second": len(out) / sec,
+                                        "nll": sum(o["nll"] for o in out), "load": loadavg(),
+                                        "cmd": cmd})
+                    t, cmd = run_torch(a, c["model"], "corpus", c["ids"], threads, 1,
+                                       ["--batch-size", str(batch)])
+                    results.append({"bench": "corpus", "corpus": c["name"], "side": "torch",
+                                    "batch": batch, "threads": threads, "config": "tuned",
+                                    "records_per_second": t["records"] / median(t["seconds"]),
+                                    "nll": t["nll"], "load": loadavg(), "cmd": cmd})
+
+
+# ---- tables ----------------------------------------------------------------------------------
+
+class Results(list):
+    """Measurements, saved to a file after each one (an interrupted run keeps what it has)."""
+
+    def __init__(self, path, header):
+        super().__init__()
+        self.path, self.header = path, header
+
+    def append(self, row):
+        super().append(row)
+        with open(self.path, "w") as f:
+            json.dump({**self.header, "results": list(self)}, f, indent=1)
+
+
+def select(results, **kw):
+    return [r for r in results if all(r.get(k) == v for k, v in kw.items())]
+
+
+def best_config(results, metric, lower_is_better, **kw):
+    """The masque configuration with the best median, and that median."""
+    configs = {r["config"] for r in select(results, side="masque", **kw)}
+    medians = {c: median([r[metric] for r in select(results, side="masque", config=c, **kw)])
+               for c in configs}
+    pick = (min if lower_is_better else max)(medians, key=medians.get)
+    return pick, medians[pick], medians
+
+
+def table_score(results, dtypes):
+    lines = ["| matmuls | threads | masque config | masque tokens/s | PyTorch tokens/s | ratio | NLL masque / PyTorch |",
+             "| --- | ---: | --- | ---: | ---: | ---: | --- |"]
+    tokens = SCORE_RECORDS * SCORE_LENGTH
+    for dtype in dtypes:
+        for threads in (1, 2):
+            kw = dict(bench="score", threads=threads, dtype=dtype)
+            torch_rows = select(results, side="torch", **kw)
+            if not torch_rows:
+                continue
+            t = tokens / median([r["batch_seconds"] for r in torch_rows])
+            config, sec, medians = best_config(results, "batch_seconds", True, **kw)
+            m = tokens / sec
+            nll = select(results, side="masque", **kw)[0]["nll"]
+            others = "; ".join(f"{c}: {tokens / v:.0f}" for c, v in sorted(medians.items()) if c != config)
+            label = config + (f" ({others})" if others else "")
+            lines.append(f"| {dtype} | {threads} | {label} | {m:.0f} | {t:.0f} | **{m / t:.2f}×** | "
+                         f"{nll:.3f} / {torch_rows[0]['nll']:.3f} |")
+    return "\n".join(lines)
+
+
+def table_generate(results, dtypes):
+    lines = ["| matmuls | threads | masque config | masque ms/token | PyTorch ms/token | masque / PyTorch | same tokens |",
+             "| --- | ---: | --- | ---: | ---: | ---: | --- |"]
+    for dtype in dtypes:
+        for threads in (1, 2):
+            kw = dict(bench="generate", threads=threads, dtype=dtype)
+            torch_rows = select(results, side="torch", **kw)
+            if not torch_rows:
+                continue
+            t = median([r["ms_per_token"] for r in torch_rows])
+            config, m, _ = best_config(results, "ms_per_token", True, **kw)
+            same = select(results, side="masque", **kw)[0]["tokens"] == torch_rows[0]["tokens"]
+            lines.append(f"| {dtype} | {threads} | {config} | {m:.1f} | {t:.1f} | **{m / t:.2f}×** | "
+                         f"{'yes' if same else 'no'} |")
+    return "\n".join(lines)
+
+
+def table_corpus(results):
+    lines = ["| model | batch | threads | masque config | masque records/s | PyTorch records/s | ratio |",
+             "| --- | ---: | ---: | --- | ---: | ---: | ---: |"]
+    for name in ("stories260k", "gpt2-small"):
+        for batch in (1, 8, 32):
+            for threads in (1, 2):
+                kw = dict(bench="corpus", corpus=name, batch=batch, threads=threads)
+                torch_rows = select(results, side="torch", **kw)
+                if not torch_rows:
+                    continue
+                t = median([r["records_per_second"] for r in torch_rows])
+                config, m, medians = best_config(results, "records_per_second", False, **kw)
+                others = "; ".join(f"{c}: {v:.0f}" for c, v in sorted(medians.items()) if c != config)
+                label = config + (f" ({others})" if others else "")
+                lines.append(f"| {name} | {batch} | {threads} | {label} | {m:.0f} | {t:.0f} | "
+                             f"**{m / t:.2f}×** |")
+    return "\n".join(lines)
+
+
+def machine():
+    with open("/proc/cpuinfo") as f:
+        model = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    return f"{os.cpu_count()} vCPU, {model}, {platform.system()} {platform.release()}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--scratch", required=True)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=4)
+    ap.add_argument("--only", default="score,generate,corpus")
+    ap.add_argument("--dtypes", default="f32", help="matmul types to run: f32[,bf16]")
+    ap.add_argument("--report", action="store_true",
+                    help="only print the tables of the results.json in --scratch")
+    a = ap.parse_args()
+    a.scratch = os.path.abspath(a.scratch)
+    a.dtypes = a.dtypes.split(",")
+    parts = a.only.split(",")
+    path = os.path.join(a.scratch, "results.json")
+    if a.report:
+        with open(path) as f:
+            saved = json.load(f)
+        results, header = saved["results"], saved
+    else:
+        header = {"started": datetime.datetime.now().isoformat(timespec="seconds"),
+                  "machine": machine(), "load_before": loadavg(), "rounds": a.rounds,
+                  "reps": a.reps}
+        model = setup(a)
+        results = Results(path, header)
+        bench_load(a, results)
+        if "score" in parts:
+            bench_score(a, model, results)
+        if "generate" in parts:
+            bench_generate(a, model, results)
+        if "corpus" in parts:
+            bench_corpus(a, model, results)
+        header["load_after"] = loadavg()
+        results.append({"bench": "end"})
+    report(results, header, parts, a.dtypes)
+
+
+def report(results, header, parts, dtypes):
+    load_rows = select(results, bench="load")
+    print(f"date: {header['started']}; machine: {header['machine']}")
+    print(f"load average at start: {header['load_before']}; at end: "
+          f"{header.get('load_after', '(interrupted)')}; rounds: {header['rounds']}, "
+          f"repetitions per process: {header['reps']}")
+    print(f"model load (GPT-2-small, process on 0 records): masque "
+          f"{median([r['wall'] for r in load_rows]):.2f} s wall; PyTorch "
+          f"{median([r['load_seconds'] for r in select(results, side='torch', bench='score')] or [float('nan')]):.2f} s")
+    if "score" in parts:
+        print(f"\n### Scoring, GPT-2-small, batch {SCORE_RECORDS} x {SCORE_LENGTH} ids\n")
+        print(table_score(results, dtypes))
+    if "generate" in parts:
+        print(f"\n### Generation, GPT-2-small, batch 1, {PROMPT_LENGTH}-token prompt, "
+              f"{NEW_TOKENS} new tokens (greedy, KV cache)\n")
+        print(table_generate(results, dtypes))
+    if "corpus" in parts:
+        print("\n### lm-score records/s (issue 8)\n")
+        print(table_corpus(results))
+
+
+if __name__ == "__main__":
+    main()
