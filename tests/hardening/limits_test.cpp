@@ -241,8 +241,10 @@ TEST_CASE("limits: a vocabulary of a million entries loads in linear time and me
     INFO(kind.args[1] << ": " << sizes[1] << " entries: +" << small << " kB, " << loads[1].seconds
                       << " s; " << sizes[2] << " entries: +" << big << " kB, " << loads[2].seconds
                       << " s");
-    // Ten times the entries, about ten times the memory (a quadratic table would be 100x).
-    CHECK(big < 20 * small + 8192);
+    // At most 1 kB per entry (the plugins need 100-250 bytes; a quadratic table would need
+    // far more). An absolute bound rather than big/small: under ASan the smaller load's peak
+    // is hidden below the process's own start-up peak, which makes the ratio meaningless.
+    CHECK(big < static_cast<long>(sizes[2]));
     CHECK(loads[2].seconds < 60);
   }
 }
