@@ -12,27 +12,36 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string pipeline(const char* name) { return (source_dir() / "pipelines" / name).string(); }
+std::string pipeline(const char* name) {
+  return (source_dir() / "pipelines" / name).string();
+}
 
-json read_json(const fs::path& p) { return json::parse(read_file(p)); }
+json read_json(const fs::path& p) {
+  return json::parse(read_file(p));
+}
 
 std::string ids_line(const json& ids) {
   std::string line;
-  for (const auto& id : ids) line += (line.empty() ? "" : " ") + std::to_string(id.get<int>());
+  for (const auto& id : ids) {
+    if (!line.empty()) line += ' ';
+    line += std::to_string(id.get<int>());
+  }
   return line + "\n";
 }
 
 // A pipeline for tiny-gpt2 written into a scratch dir (no tokenizer: records are ids).
 fs::path gpt2_pipeline(const std::string& task, const std::string& extra = "") {
   auto dir = scratch_dir("e2e_gpt2_" + task);
-  write_file(dir / "p.yaml", "task:\n  name: " + task + "\n" + extra + "model:\n  plugin: gpt2\n  path: " +
+  write_file(dir / "p.yaml", "task:\n  name: " + task + "\n" + extra +
+                                 "model:\n  plugin: gpt2\n  path: " +
                                  (shared_dir() / "models/tiny-gpt2").string() + "\n");
   return dir / "p.yaml";
 }
 
 }  // namespace
 
-TEST_CASE("lm-generate: greedy 256 steps from BOS print the published stories260k story", "[e2e][lm]") {
+TEST_CASE("lm-generate: greedy 256 steps from BOS print the published stories260k story",
+          "[e2e][lm]") {
   auto ref = read_json(shared_dir() / "models/stories260k/reference/greedy_256.json");
   auto text = run_masque({"run", pipeline("lm-generate.yaml"), "--format", "text", "-q"}, "\n");
   REQUIRE(text.exit_code == 0);
@@ -67,7 +76,8 @@ TEST_CASE("lm-score: stories260k matches the reference NLLs within 1e-4 per toke
     REQUIRE(out[i]["token_logprobs"].size() == nll.size());
     for (std::size_t t = 0; t < nll.size(); ++t)
       CHECK(std::abs(-out[i]["token_logprobs"][t].get<double>() - nll[t].get<double>()) < 1e-4);
-    CHECK(std::abs(out[i]["nll"].get<double>() - seqs[i]["total_nll"].get<double>()) < 1e-4 * nll.size());
+    CHECK(std::abs(out[i]["nll"].get<double>() - seqs[i]["total_nll"].get<double>()) <
+          1e-4 * nll.size());
     CHECK(std::abs(out[i]["ppl"].get<double>() / seqs[i]["perplexity"].get<double>() - 1) < 1e-4);
     CHECK(out[i]["tokens"] == seqs[i]["length"]);
   }
@@ -76,7 +86,8 @@ TEST_CASE("lm-score: stories260k matches the reference NLLs within 1e-4 per toke
   CHECK(r.err.find("corpus perplexity") != std::string::npos);
 }
 
-TEST_CASE("lm-score: tiny-gpt2 matches its reference, alone and in a right-padded batch", "[e2e][lm]") {
+TEST_CASE("lm-score: tiny-gpt2 matches its reference, alone and in a right-padded batch",
+          "[e2e][lm]") {
   auto ref = read_json(shared_dir() / "models/tiny-gpt2/reference.json")["causal"];
   std::vector<json> seqs;
   for (const auto& s : ref["sequences"])
@@ -119,18 +130,30 @@ TEST_CASE("forward: tiny-gpt2 logits, top ids and logsumexp match the reference"
     const auto& want = (*seq)["positions"][t];
     const auto& got = out["positions"][t];
     CHECK(std::abs(got["logsumexp"].get<double>() - want["logsumexp"].get<double>()) < 1e-4);
-    CHECK(std::abs(got["top_logits"][0].get<double>() - want["top10_logits"][0].get<double>()) < 1e-4);
+    CHECK(std::abs(got["top_logits"][0].get<double>() - want["top10_logits"][0].get<double>()) <
+          1e-4);
     if (want["top10_min_gap"].get<double>() > 1e-4) CHECK(got["top_ids"] == want["top10_ids"]);
   }
 }
 
-TEST_CASE("decoding: seeded sampling is independent of batch size, position and threads; beam 1 is greedy",
-          "[e2e][lm]") {
-  std::string prompts = "Once upon a time\n\nThe dog\nLily and Tom went to\nOne day\nThe sun\nA bird\nTim said\n";
+TEST_CASE(
+    "decoding: seeded sampling is independent of batch size, position and threads; beam 1 is "
+    "greedy",
+    "[e2e][lm]") {
+  std::string prompts =
+      "Once upon a time\n\nThe dog\nLily and Tom went to\nOne day\nThe sun\nA bird\nTim said\n";
   auto sample = [&](const std::vector<std::string>& extra) {
-    std::vector<std::string> args{"run", pipeline("lm-generate.yaml"), "-q", "--set", "decoder.plugin=sample",
-                                  "--set", "decoder.seed=42", "--set", "decoder.max_new_tokens=40",
-                                  "--set", "decoder.top_p=0.9"};
+    std::vector<std::string> args{"run",
+                                  pipeline("lm-generate.yaml"),
+                                  "-q",
+                                  "--set",
+                                  "decoder.plugin=sample",
+                                  "--set",
+                                  "decoder.seed=42",
+                                  "--set",
+                                  "decoder.max_new_tokens=40",
+                                  "--set",
+                                  "decoder.top_p=0.9"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto r = run_masque(args, prompts);
     REQUIRE(r.exit_code == 0);
@@ -142,15 +165,18 @@ TEST_CASE("decoding: seeded sampling is independent of batch size, position and 
   CHECK(sample({"--set", "task.max_batch_size=3", "--threads", "2"}) == base);
   CHECK(sample({"--set", "task.max_batch_size=8", "--threads", "2"}) == base);
   // Another seed gives other stories.
-  auto other = run_masque({"run", pipeline("lm-generate.yaml"), "-q", "--set", "decoder.plugin=sample", "--set",
-                           "decoder.seed=43", "--set", "decoder.max_new_tokens=40", "--set", "decoder.top_p=0.9"},
-                          prompts);
+  auto other = run_masque(
+      {"run", pipeline("lm-generate.yaml"), "-q", "--set", "decoder.plugin=sample", "--set",
+       "decoder.seed=43", "--set", "decoder.max_new_tokens=40", "--set", "decoder.top_p=0.9"},
+      prompts);
   CHECK(other.out != base);
 
-  auto greedy = run_masque({"run", pipeline("lm-generate.yaml"), "-q", "--set", "decoder.max_new_tokens=60"}, prompts);
-  auto beam1 = run_masque({"run", pipeline("lm-generate.yaml"), "-q", "--set", "decoder.plugin=beam", "--set",
-                           "decoder.beam_size=1", "--set", "decoder.max_new_tokens=60"},
-                          prompts);
+  auto greedy = run_masque(
+      {"run", pipeline("lm-generate.yaml"), "-q", "--set", "decoder.max_new_tokens=60"}, prompts);
+  auto beam1 =
+      run_masque({"run", pipeline("lm-generate.yaml"), "-q", "--set", "decoder.plugin=beam",
+                  "--set", "decoder.beam_size=1", "--set", "decoder.max_new_tokens=60"},
+                 prompts);
   REQUIRE(greedy.exit_code == 0);
   REQUIRE(beam1.exit_code == 0);
   auto g = parse_jsonl(greedy.out), b = parse_jsonl(beam1.out);
@@ -159,8 +185,8 @@ TEST_CASE("decoding: seeded sampling is independent of batch size, position and 
 }
 
 TEST_CASE("lm-generate: beam search returns n-best hypotheses with scores", "[e2e][lm]") {
-  auto r = run_masque({"run", pipeline("lm-generate.yaml"), "-q", "--set", "decoder.plugin=beam", "--set",
-                       "decoder.beam_size=4", "--set", "decoder.num_hypotheses=3", "--set",
+  auto r = run_masque({"run", pipeline("lm-generate.yaml"), "-q", "--set", "decoder.plugin=beam",
+                       "--set", "decoder.beam_size=4", "--set", "decoder.num_hypotheses=3", "--set",
                        "decoder.max_new_tokens=20"},
                       "Once upon a time\n");
   REQUIRE(r.exit_code == 0);

@@ -12,11 +12,16 @@ using nlohmann::json;
 
 namespace {
 
-std::string translate() { return (source_dir() / "pipelines/translate.yaml").string(); }
+std::string translate() {
+  return (source_dir() / "pipelines/translate.yaml").string();
+}
 
 std::string join(const json& tokens) {
   std::string s;
-  for (const auto& t : tokens) s += (s.empty() ? "" : " ") + t.get<std::string>();
+  for (const auto& t : tokens) {
+    if (!s.empty()) s += ' ';
+    s += t.get<std::string>();
+  }
   return s;
 }
 
@@ -30,13 +35,15 @@ std::vector<std::string> first_lines(std::size_t n) {
 
 }  // namespace
 
-TEST_CASE("translate: every example reproduces with greedy and with beam size 4", "[e2e][seq2seq]") {
+TEST_CASE("translate: every example reproduces with greedy and with beam size 4",
+          "[e2e][seq2seq]") {
   auto examples = read_jsonl(shared_dir() / "models/aren-transliteration/examples.jsonl");
   std::string input;
   for (const auto& e : examples) input += join(e["source_tokens"]) + "\n";
   for (const char* beam : {"1", "4"}) {
     INFO("beam_size " << beam);
-    auto r = run_masque({"run", translate(), "-q", "--set", std::string("decoder.beam_size=") + beam}, input);
+    auto r = run_masque(
+        {"run", translate(), "-q", "--set", std::string("decoder.beam_size=") + beam}, input);
     REQUIRE(r.exit_code == 0);
     auto out = parse_jsonl(r.out);
     REQUIRE(out.size() == examples.size());
@@ -44,7 +51,8 @@ TEST_CASE("translate: every example reproduces with greedy and with beam size 4"
       INFO(examples[i]["name"]);
       CHECK(out[i]["text"] == join(examples[i]["expected"]));
       if (std::string(beam) == "1")
-        CHECK(std::abs(out[i]["score"].get<double>() - examples[i]["expected_score"].get<double>()) < 1e-5);
+        CHECK(std::abs(out[i]["score"].get<double>() -
+                       examples[i]["expected_score"].get<double>()) < 1e-5);
     }
   }
   auto text = run_masque({"run", translate(), "-q", "--format", "text"}, input);
@@ -71,21 +79,25 @@ TEST_CASE("translate: teacher-forced log-probs of the examples", "[e2e][seq2seq]
   }
 }
 
-TEST_CASE("translate: 32 records of different lengths in one batch equal one at a time", "[e2e][seq2seq]") {
+TEST_CASE("translate: 32 records of different lengths in one batch equal one at a time",
+          "[e2e][seq2seq]") {
   auto lines = first_lines(32);
   std::string input;
   for (const auto& l : lines) input += l + "\n";
   for (const char* beam : {"1", "4"}) {
     INFO("beam_size " << beam);
-    auto batched = run_masque({"run", translate(), "-q", "--format", "nbest", "--set",
-                               std::string("decoder.beam_size=") + beam, "--set", "task.max_batch_size=32"},
-                              input);
-    auto single = run_masque({"run", translate(), "-q", "--format", "nbest", "--set",
-                              std::string("decoder.beam_size=") + beam, "--set", "task.max_batch_size=1"},
-                             input);
-    auto threads = run_masque({"run", translate(), "-q", "--format", "nbest", "--threads", "2", "--set",
-                               std::string("decoder.beam_size=") + beam, "--set", "task.max_batch_size=7"},
-                              input);
+    auto batched =
+        run_masque({"run", translate(), "-q", "--format", "nbest", "--set",
+                    std::string("decoder.beam_size=") + beam, "--set", "task.max_batch_size=32"},
+                   input);
+    auto single =
+        run_masque({"run", translate(), "-q", "--format", "nbest", "--set",
+                    std::string("decoder.beam_size=") + beam, "--set", "task.max_batch_size=1"},
+                   input);
+    auto threads =
+        run_masque({"run", translate(), "-q", "--format", "nbest", "--threads", "2", "--set",
+                    std::string("decoder.beam_size=") + beam, "--set", "task.max_batch_size=7"},
+                   input);
     REQUIRE(batched.exit_code == 0);
     CHECK(std::count(batched.out.begin(), batched.out.end(), '\n') == 32);
     CHECK(batched.out == single.out);
@@ -101,10 +113,12 @@ TEST_CASE("translate: n-best, target prefix and an empty source", "[e2e][seq2seq
   auto out = parse_jsonl(nbest.out).at(0);
   REQUIRE(out["hypotheses"].size() == 4);
   for (std::size_t i = 1; i < 4; ++i)
-    CHECK(out["hypotheses"][i - 1]["score"].get<double>() >= out["hypotheses"][i]["score"].get<double>());
+    CHECK(out["hypotheses"][i - 1]["score"].get<double>() >=
+          out["hypotheses"][i]["score"].get<double>());
 
-  auto prefix = run_masque({"run", translate(), "-q", "--input-format", "tsv", "--columns", "text,prefix"},
-                           "س م ي ر\ts e\n");
+  auto prefix =
+      run_masque({"run", translate(), "-q", "--input-format", "tsv", "--columns", "text,prefix"},
+                 "س م ي ر\ts e\n");
   REQUIRE(prefix.exit_code == 0);
   CHECK(parse_jsonl(prefix.out).at(0)["text"].get<std::string>().rfind("s e", 0) == 0);
 
