@@ -1,10 +1,15 @@
 // What the decoder-only model plugins (gpt2, llama) share around their layers: checking and
-// copying a batch's tokens into the workspace, gathering output rows, and ending a KV cache
-// append on every path. Header-only, compiled into each plugin (plugins share no library).
+// copying a batch's tokens into the workspace, gathering output rows, a reusable logits
+// buffer, and ending a KV cache append on every path. Header-only, compiled into each plugin
+// (plugins share no library).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <vector>
@@ -106,6 +111,24 @@ inline const Tensor& select_rows(const Tensor& x, std::span<const std::int32_t> 
     std::memcpy(out.f32() + i * width, x.f32() + rows[i] * width, sizeof(float) * width);
   }
   return out;
+}
+
+// A [rows, width] tensor for forward()'s logits in memory this thread reuses from call to call,
+// unless a caller still holds the previous logits. Scoring batches have hundreds of MB of
+// logits: a fresh buffer each time costs a page fault per 4 KiB (a tenth of a bf16 batch).
+inline Tensor reusable_output(std::int64_t rows, std::int64_t width) {
+  thread_local std::shared_ptr<void> buffer;
+  thread_local std::size_t capacity = 0;
+  const std::size_t bytes = static_cast<std::size_t>(rows * width) * sizeof(float);
+  if (!buffer || buffer.use_count() > 1 || capacity < bytes) {
+    buffer.reset();  // the old buffer goes first: peak memory stays one buffer
+    const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
+    void* data = std::aligned_alloc(64, rounded);
+    if (!data) throw std::bad_alloc();
+    buffer.reset(data, std::free);
+    capacity = rounded;
+  }
+  return Tensor::view(buffer.get(), {rows, width}, DType::f32, buffer);
 }
 
 // Ends the append in progress unless it completed (an exception leaves the cache usable).

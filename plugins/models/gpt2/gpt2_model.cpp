@@ -35,24 +35,6 @@ Workspace& thread_workspace() {
   return workspace;
 }
 
-// A [rows, width] tensor for forward()'s logits in memory this thread reuses from call to call,
-// unless a caller still holds the previous logits. Scoring batches have hundreds of MB of
-// logits: a fresh buffer each time costs a page fault per 4 KiB (a tenth of a bf16 batch).
-Tensor reusable_output(std::int64_t rows, std::int64_t width) {
-  thread_local std::shared_ptr<void> buffer;
-  thread_local std::size_t capacity = 0;
-  const std::size_t bytes = static_cast<std::size_t>(rows * width) * sizeof(float);
-  if (!buffer || buffer.use_count() > 1 || capacity < bytes) {
-    buffer.reset();  // the old buffer goes first: peak memory stays one buffer
-    const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
-    void* data = std::aligned_alloc(64, rounded);
-    if (!data) throw std::bad_alloc();
-    buffer.reset(data, std::free);
-    capacity = rounded;
-  }
-  return Tensor::view(buffer.get(), {rows, width}, DType::f32, buffer);
-}
-
 constexpr decoder_only::ModelNames kNames{"gpt2", "n_positions"};
 
 }  // namespace
@@ -163,7 +145,8 @@ void Gpt2Model::outputs(Workspace& ws, std::span<const std::int32_t> rows, Tenso
   ln_f_.forward(last, normed);
   // The head (vocab x hidden per row) dominates: it only sees the rows asked for.
   if (!logits) return;
-  if (reuse) *logits = reusable_output(normed.numel() / normed.dim(-1), head_.out_features());
+  if (reuse)
+    *logits = decoder_only::reusable_output(normed.numel() / normed.dim(-1), head_.out_features());
   head_.forward(normed, *logits);
 }
 

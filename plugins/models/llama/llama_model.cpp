@@ -156,13 +156,16 @@ void LlamaModel::run(Workspace& ws, const AttentionTarget& target) const {
 }
 
 void LlamaModel::outputs(Workspace& ws, std::span<const std::int32_t> rows, Tensor* logits,
-                         Tensor* hidden) const {
+                         Tensor* hidden, bool reuse) const {
   if (!logits && !hidden) return;
   const Tensor& last = decoder_only::select_rows(ws.hidden, rows, ws.selected, kNames);
   Tensor& normed = hidden ? *hidden : ws.normed;
   norm_.forward(last, normed);
   // The head (vocab x hidden per row) dominates: it only sees the rows asked for.
-  if (logits) head_.forward(normed, *logits);
+  if (!logits) return;
+  if (reuse)
+    *logits = decoder_only::reusable_output(normed.numel() / normed.dim(-1), head_.out_features());
+  head_.forward(normed, *logits);
 }
 
 ForwardResult LlamaModel::forward(const Batch& batch) const {
@@ -171,7 +174,7 @@ ForwardResult LlamaModel::forward(const Batch& batch) const {
   run(ws, {.layout = &batch.attention, .length = batch.length});
   ForwardResult result;
   outputs(ws, batch.output_rows, batch.want_logits ? &result.logits : nullptr,
-          batch.want_hidden ? &result.hidden : nullptr);
+          batch.want_hidden ? &result.hidden : nullptr, true);
   return result;
 }
 
@@ -184,7 +187,7 @@ std::unique_ptr<DecodeState> LlamaModel::start(const Batch& batch, Tensor* logit
   decoder_only::AppendGuard append(state->cache);
   run(ws, {.cache = &state->cache, .length = batch.length});
   append.end(true);
-  if (logits) outputs(ws, batch.output_rows, logits, nullptr);
+  if (logits) outputs(ws, batch.output_rows, logits, nullptr, false);
   return state;
 }
 
@@ -199,7 +202,7 @@ void LlamaModel::step(DecodeState& s, const StepInput& input, Tensor& logits) co
   decoder_only::AppendGuard append(state->cache);
   run(ws, {.cache = &state->cache, .length = 1});
   append.end(input.append);
-  outputs(ws, {}, &logits, nullptr);
+  outputs(ws, {}, &logits, nullptr, false);
 }
 
 }  // namespace masque::llama

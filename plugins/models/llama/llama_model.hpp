@@ -67,9 +67,10 @@ class LlamaModel final : public Model {
  private:
   // ws.ids / ws.positions -> ws.hidden, the last layer's output.
   void run(Workspace& ws, const AttentionTarget& target) const;
-  // Final norm and head, only on `rows` of ws.hidden (all when empty).
-  void outputs(Workspace& ws, std::span<const std::int32_t> rows, Tensor* logits,
-               Tensor* hidden) const;
+  // Final norm and head, only on `rows` of ws.hidden (all when empty). reuse: the logits go to
+  // this thread's reusable buffer (forward) rather than into *logits' own (start, step).
+  void outputs(Workspace& ws, std::span<const std::int32_t> rows, Tensor* logits, Tensor* hidden,
+               bool reuse) const;
 
   LlamaConfig config_;
   ModelInfo info_;
