@@ -112,12 +112,36 @@ def run_masque(a, pipeline, input_path, options):
     return seconds, wall, [json.loads(l) for l in out.splitlines()], " ".join(cmd)
 
 
-def run_torch(a, model, task, ids, threads, reps, extra=()):
+# The PyTorch peers: "tuned" (the fastest products this PyTorch offers, see torch_lm.py) and
+# "plain" (the straightforward torch code the issue names), both on OpenBLAS when --openblas
+# gives its directory, else on the BLAS the system has.
+PEERS = ("tuned", "plain")
+
+
+def torch_env(a, threads, peer):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    if a.openblas:
+        env["LD_LIBRARY_PATH"] = a.openblas + (":" + env["LD_LIBRARY_PATH"]
+                                               if env.get("LD_LIBRARY_PATH") else "")
+        if peer == "tuned" and threads > 1:
+            # OpenBLAS's threads and PyTorch's OpenMP team otherwise spin against each other
+            # on two vCPUs (one-row products: 63 ms/token instead of 20).
+            env["OMP_WAIT_POLICY"] = "PASSIVE"
+    return env
+
+
+def run_torch(a, model, task, ids, threads, reps, extra=(), peer="tuned"):
     cmd = [PYTHON, os.path.join(HERE, "torch_lm.py"), model, "--task", task, "--ids", ids,
-           "--threads", str(threads), "--reps", str(reps)] + list(extra)
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+           "--threads", str(threads), "--reps", str(reps), "--backend", peer] + list(extra)
+    env = torch_env(a, threads, peer)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
-    return json.loads(out), " ".join(cmd)
+    settings = " ".join(f"{k}={env[k]}" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                   "OMP_WAIT_POLICY", "LD_LIBRARY_PATH") if k in env)
+    return json.loads(out), f"{settings} {' '.join(cmd)}"
+
+
+def peers_for(dtype):
+    return PEERS if dtype == "f32" else ("tuned",)  # the plain code has no bf16 linears
 
 
 def loadavg():
@@ -157,12 +181,14 @@ def bench_score(a, model, results):
                                     "config": label, "dtype": dtype, "batch_seconds": sec / a.reps,
                                     "nll": nll, "load": loadavg(), "cmd": cmd})
             for dtype in a.dtypes:
-                t, cmd = run_torch(a, model, "score", os.path.join(s, "score.ids"), threads, a.reps,
-                                   ["--dtype", dtype])
-                results.append({"bench": "score", "side": "torch", "threads": threads,
-                                "config": "tuned", "dtype": dtype,
-                                "batch_seconds": median(t["seconds"]), "nll": t["nll"],
-                                "load_seconds": t["load_seconds"], "load": loadavg(), "cmd": cmd})
+                for peer in peers_for(dtype):
+                    t, cmd = run_torch(a, model, "score", os.path.join(s, "score.ids"), threads,
+                                       a.reps, ["--dtype", dtype], peer)
+                    results.append({"bench": "score", "side": "torch", "threads": threads,
+                                    "config": peer, "dtype": dtype,
+                                    "batch_seconds": median(t["seconds"]), "nll": t["nll"],
+                                    "load_seconds": t["load_seconds"], "load": loadavg(),
+                                    "cmd": cmd})
 
 
 def dtype_options(dtype):
@@ -197,13 +223,16 @@ def bench_generate(a, model, results):
                                     "ms_per_token": 1e3 * sec / (a.reps * NEW_TOKENS),
                                     "tokens": out[0]["tokens"], "load": loadavg(), "cmd": cmd})
             for dtype in a.dtypes:
-                t, cmd = run_torch(a, model, "generate", os.path.join(s, "prompt.ids"), threads,
-                                   a.reps, ["--new-tokens", str(NEW_TOKENS), "--dtype", dtype])
-                results.append({"bench": "generate", "side": "torch", "threads": threads,
-                                "config": "tuned", "dtype": dtype,
-                                "ms_per_token": 1e3 * median(t["seconds"]) / NEW_TOKENS,
-                                "tokens": t["generated"][0], "load_seconds": t["load_seconds"],
-                                "load": loadavg(), "cmd": cmd})
+                for peer in peers_for(dtype):
+                    t, cmd = run_torch(a, model, "generate", os.path.join(s, "prompt.ids"),
+                                       threads, a.reps,
+                                       ["--new-tokens", str(NEW_TOKENS), "--dtype", dtype], peer)
+                    results.append({"bench": "generate", "side": "torch", "threads": threads,
+                                    "config": peer, "dtype": dtype,
+                                    "ms_per_token": 1e3 * median(t["seconds"]) / NEW_TOKENS,
+                                    "tokens": t["generated"][0],
+                                    "load_seconds": t["load_seconds"], "load": loadavg(),
+                                    "cmd": cmd})
 
 
 def bench_load(a, results):
@@ -285,40 +314,55 @@ def best_config(results, metric, lower_is_better, **kw):
     return pick, medians[pick], medians
 
 
+def peer_median(results, metric, peer, **kw):
+    rows = select(results, side="torch", config=peer, **kw)
+    return (median([r[metric] for r in rows]), rows[0]) if rows else (None, None)
+
+
 def table_score(results, dtypes):
-    lines = ["| matmuls | threads | masque config | masque tokens/s | PyTorch tokens/s | ratio | NLL masque / PyTorch |",
-             "| --- | ---: | --- | ---: | ---: | ---: | --- |"]
+    lines = ["| matmuls | threads | masque config | masque tokens/s | PyTorch tuned | ratio | PyTorch plain | ratio | NLL masque / PyTorch |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     tokens = SCORE_RECORDS * SCORE_LENGTH
     for dtype in dtypes:
         for threads in (1, 2):
             kw = dict(bench="score", threads=threads, dtype=dtype)
-            torch_rows = select(results, side="torch", **kw)
-            if not torch_rows:
+            if not select(results, side="torch", **kw):
                 continue
-            t = tokens / median([r["batch_seconds"] for r in torch_rows])
             config, sec, medians = best_config(results, "batch_seconds", True, **kw)
             m = tokens / sec
             nll = select(results, side="masque", **kw)[0]["nll"]
             others = "; ".join(f"{c}: {tokens / v:.0f}" for c, v in sorted(medians.items()) if c != config)
             label = config + (f" ({others})" if others else "")
-            lines.append(f"| {dtype} | {threads} | {label} | {m:.0f} | {t:.0f} | **{m / t:.2f}×** | "
-                         f"{nll:.3f} / {torch_rows[0]['nll']:.3f} |")
+            cells, torch_nll = [], None
+            for peer in PEERS:
+                sec_t, row = peer_median(results, "batch_seconds", peer, **kw)
+                if row is None:
+                    cells += ["–", "–"]
+                    continue
+                torch_nll = torch_nll if torch_nll is not None else row["nll"]
+                cells += [f"{tokens / sec_t:.0f}", f"**{m * sec_t / tokens:.2f}×**"]
+            lines.append(f"| {dtype} | {threads} | {label} | {m:.0f} | {' | '.join(cells)} | "
+                         f"{nll:.3f} / {torch_nll:.3f} |")
     return "\n".join(lines)
 
 
 def table_generate(results, dtypes):
-    lines = ["| matmuls | threads | masque config | masque ms/token | PyTorch ms/token | masque / PyTorch | same tokens |",
-             "| --- | ---: | --- | ---: | ---: | ---: | --- |"]
+    lines = ["| matmuls | threads | masque config | masque ms/token | PyTorch tuned | masque / tuned | PyTorch plain | masque / plain | same tokens |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for dtype in dtypes:
         for threads in (1, 2):
             kw = dict(bench="generate", threads=threads, dtype=dtype)
             torch_rows = select(results, side="torch", **kw)
             if not torch_rows:
                 continue
-            t = median([r["ms_per_token"] for r in torch_rows])
             config, m, _ = best_config(results, "ms_per_token", True, **kw)
-            same = select(results, side="masque", **kw)[0]["tokens"] == torch_rows[0]["tokens"]
-            lines.append(f"| {dtype} | {threads} | {config} | {m:.1f} | {t:.1f} | **{m / t:.2f}×** | "
+            masque_tokens = select(results, side="masque", **kw)[0]["tokens"]
+            same = all(r["tokens"] == masque_tokens for r in torch_rows)
+            cells = []
+            for peer in PEERS:
+                t, row = peer_median(results, "ms_per_token", peer, **kw)
+                cells += ["–", "–"] if row is None else [f"{t:.1f}", f"**{m / t:.2f}×**"]
+            lines.append(f"| {dtype} | {threads} | {config} | {m:.1f} | {' | '.join(cells)} | "
                          f"{'yes' if same else 'no'} |")
     return "\n".join(lines)
 
@@ -342,6 +386,12 @@ def table_corpus(results):
     return "\n".join(lines)
 
 
+def torch_blas(a):
+    if a.openblas:
+        return f"OpenBLAS from {a.openblas}"
+    return "system libblas.so.3 -> " + os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+
+
 def machine():
     with open("/proc/cpuinfo") as f:
         model = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
@@ -356,6 +406,8 @@ def main():
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--only", default="score,generate,corpus")
     ap.add_argument("--dtypes", default="f32", help="matmul types to run: f32[,bf16]")
+    ap.add_argument("--openblas", default="",
+                    help="directory with OpenBLAS's libblas.so.3 for PyTorch (else the system BLAS)")
     ap.add_argument("--report", action="store_true",
                     help="only print the tables of the results.json in --scratch")
     a = ap.parse_args()
@@ -370,7 +422,7 @@ def main():
     else:
         header = {"started": datetime.datetime.now().isoformat(timespec="seconds"),
                   "machine": machine(), "load_before": loadavg(), "rounds": a.rounds,
-                  "reps": a.reps}
+                  "reps": a.reps, "torch_blas": torch_blas(a)}
         model = setup(a)
         results = Results(path, header)
         bench_load(a, results)
@@ -391,6 +443,7 @@ def report(results, header, parts, dtypes):
     print(f"load average at start: {header['load_before']}; at end: "
           f"{header.get('load_after', '(interrupted)')}; rounds: {header['rounds']}, "
           f"repetitions per process: {header['reps']}")
+    print(f"PyTorch's BLAS: {header.get('torch_blas', 'system')}")
     print(f"model load (GPT-2-small, process on 0 records): masque "
           f"{median([r['wall'] for r in load_rows]):.2f} s wall; PyTorch "
           f"{median([r['load_seconds'] for r in select(results, side='torch', bench='score')] or [float('nan')]):.2f} s")

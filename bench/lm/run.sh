@@ -10,6 +10,8 @@
 #   DTYPES=f32,bf16   matmul types to measure (masque model.matmul_dtype, PyTorch --dtype)
 #   ONLY=score,generate,corpus   which benchmarks
 #   SCRATCH=bench/out/lm   where the generated model, inputs and raw results go (not committed)
+#   OPENBLAS_DIR   a directory holding OpenBLAS's libblas.so.3, which PyTorch then runs on;
+#                  default BUILD_DIR/openblas/... as bench/fetch-openblas.sh unpacks it
 #
 # The GPT-2-small-sized model (random weights, ~500 MB) is written there on the first run.
 # PyTorch comes from Debian's python3-torch, hence /usr/bin/python3 (not a pyenv python).
@@ -20,6 +22,14 @@ build=${1:-$root/build-bench}
 /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null ||
   { echo "run.sh: /usr/bin/python3 lacks torch or numpy (apt install python3-torch)" >&2; exit 2; }
 
-exec /usr/bin/python3 "$root/bench/lm/bench.py" --build "$build" \
+openblas=${OPENBLAS_DIR:-$build/openblas/usr/lib/x86_64-linux-gnu/openblas-pthread}
+if [ -e "$openblas/libblas.so.3" ]; then
+  set -- --openblas "$openblas"
+else
+  echo "run.sh: no OpenBLAS at $openblas (bench/fetch-openblas.sh $build): PyTorch runs on the system BLAS" >&2
+  set --
+fi
+
+exec /usr/bin/python3 "$root/bench/lm/bench.py" --build "$build" "$@" \
   --scratch "${SCRATCH:-$root/bench/out/lm}" --rounds "${ROUNDS:-3}" --reps "${REPS:-4}" \
   --dtypes "${DTYPES:-f32,bf16}" --only "${ONLY:-score,generate,corpus}"

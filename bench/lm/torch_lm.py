@@ -20,12 +20,15 @@ generate: one record at a time (batch 1): the prompt is prefilled into a preallo
 corpus:   records of any length, scored in batches of B the way masque's runner forms them
           (windows of 16 B records sorted by length, cut into batches of B, right-padded).
 
-Debian's PyTorch 1.13 sends float matmuls (F.linear, torch.matmul) to the reference BLAS
-(libblas3), 1-2 GFLOP/s here. --backend tuned (the default) uses the fastest path this install
-offers for each product instead: linears of several rows pre-packed once with torch.utils.mkldnn
-(PyTorch's bundled oneDNN), one-row products (decoding) by whichever of four torch formulations
-measured fastest for that weight at load time, long-sequence attention through oneDNN per head.
---backend plain is the straightforward code (F.linear and torch.matmul everywhere).
+Debian's PyTorch 1.13 sends float matmuls (F.linear, torch.matmul) to whatever libblas.so.3 the
+loader finds: the reference BLAS (libblas3, 1-4 GFLOP/s) unless OpenBLAS is installed or put on
+LD_LIBRARY_PATH (bench.py does the latter). --backend tuned (the default) uses the fastest path
+this install offers for each product: f32 linears of several rows by whichever of oneDNN
+(pre-packed once with torch.utils.mkldnn, PyTorch's bundled copy) and F.linear (the BLAS) was
+faster the first time the layer saw about that many rows, bf16 ones by oneDNN, one-row
+products (decoding) by whichever of four torch formulations measured fastest for that weight at
+load time, long-sequence attention through oneDNN per head. --backend plain is the
+straightforward code (F.linear and torch.matmul everywhere).
 --dtype bf16 (tuned backend only) runs every linear in bfloat16 (weights stored as bf16, inputs
 rounded per call, float32 activations elsewhere), as masque's model.matmul_dtype=bf16 does;
 oneDNN then uses AMX where the CPU has it.
@@ -96,6 +99,10 @@ def fastest_row_product(w_out_in, dtype):
     return candidates[name]
 
 
+def row_bucket(rows):
+    return 1 << (rows - 1).bit_length()
+
+
 class Linear:
     """y = x W^T + b for W [out, in] (nn.Linear layout); x and y float32, the product in
     `dtype` (float32 or bfloat16)."""
@@ -109,7 +116,9 @@ class Linear:
                 dense.bias.data.copy_(bias)
             self.packed = torch.utils.mkldnn.to_mkldnn(dense, dtype)
             self.one_row = fastest_row_product(self.w, dtype)
-            self.w = None  # only the packed and the chosen one-row forms are kept
+            self.several_rows = {}  # row bucket -> the faster f32 product, measured on first use
+            if dtype != torch.float32:
+                self.w = None  # bf16 products of several rows always go to oneDNN
 
     def __call__(self, x):
         shape = x.shape
@@ -120,10 +129,22 @@ class Linear:
             y = self.one_row(x2.to(self.dtype)).float()
             y = y if self.bias is None else y + self.bias
         elif self.dtype == torch.float32:
-            y = self.packed(x2)
+            y = self.f32_rows(x2)
         else:  # MkldnnLinear keeps bf16 outputs in bf16
             y = self.packed(x2.to(self.dtype)).float()
         return y.reshape(*shape[:-1], y.shape[-1])
+
+    def f32_rows(self, x2):
+        """oneDNN (pre-packed) or F.linear (the BLAS PyTorch runs on), whichever was faster the
+        first time this layer saw about as many rows: OpenBLAS beats PyTorch's oneDNN on some
+        shapes, the reference BLAS on none."""
+        bucket = row_bucket(x2.shape[0])
+        product = self.several_rows.get(bucket)
+        if product is None:
+            candidates = [self.packed, lambda x: F.linear(x, self.w, self.bias)]
+            product = min(candidates, key=lambda f: time_call(lambda: f(x2), repeats=1))
+            self.several_rows[bucket] = product
+        return product(x2)
 
 
 # ---- attention -------------------------------------------------------------------------------
@@ -364,10 +385,16 @@ def run_once(model, args, records, new_tokens):
 
 
 def warm_up(model, args, records):
-    """One short pass: the first calls of every op (a scoring batch, a few decoding steps, the
-    first batches of a corpus) are not timed."""
+    """One short pass: the first calls of every op (a scoring batch, a few decoding steps, one
+    corpus batch of each row bucket, where the tuned backend picks its products) are not
+    timed."""
     if args.task == "corpus":
-        records = records[:4 * args.batch_size]
+        seen = {}
+        for b in corpus_batches(records, args.batch_size):
+            seen.setdefault(row_bucket(len(b) * max(len(r) for r in b)), b)
+        for b in seen.values():
+            score_padded(model, b)
+        return
     run_once(model, args, records, min(args.new_tokens, 8))
 
 
