@@ -10,7 +10,9 @@
 #   bench/encdec/run.sh [BUILD_DIR]     (default: build next to this repository's CMakeLists.txt)
 #   environment: RUNS=3 (rounds; medians are reported), THREADS="1 2" (masque --threads values),
 #                TORCH_LINES=0 (PyTorch translates only the first N lines; 0 = all),
-#                KEEP=0 (1 = keep the outputs and raw timings in $BUILD_DIR/bench/encdec)
+#                KEEP=0 (1 = keep the outputs and raw timings in $BUILD_DIR/bench/encdec),
+#                OPENBLAS_DIR (OpenBLAS's libblas.so.3 for PyTorch; default where
+#                bench/fetch-openblas.sh BUILD_DIR unpacks it, else the system's BLAS)
 #
 # Each round runs, per configuration, masque at every thread count and then PyTorch, so that
 # both see the same machine load. `--threads N` runs N batches in parallel with one oneDNN
@@ -25,6 +27,15 @@ threads=${THREADS:-1 2}
 torch_lines=${TORCH_LINES:-0}
 input=$root/../shared/bench/aren-20k.txt
 python=/usr/bin/python3  # Debian's, with python3-torch (a pyenv python3 on PATH may lack it)
+openblas=${OPENBLAS_DIR:-$build/openblas/usr/lib/x86_64-linux-gnu/openblas-pthread}
+# Debian's PyTorch runs float matmuls on whatever libblas.so.3 the loader finds: OpenBLAS when
+# it is at hand, else the system's (the reference BLAS unless OpenBLAS is installed).
+torch_env=(env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1)
+torch_blas="system libblas.so.3 -> $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 || echo none)"
+if [ -e "$openblas/libblas.so.3" ]; then
+  torch_env+=("LD_LIBRARY_PATH=$openblas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+  torch_blas="OpenBLAS from $openblas"
+fi
 
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -82,7 +93,7 @@ for ((r = 1; r <= runs; r++)); do
         $masque_args
     done
     # shellcheck disable=SC2086
-    timed "$name pytorch-t1" "$torch_count" "$python" "$here/reference_torch.py" --threads 1 \
+    timed "$name pytorch-t1" "$torch_count" "${torch_env[@]}" "$python" "$here/reference_torch.py" --threads 1 \
       $torch_args "$torch_input" "$work/$name-pytorch-t1-r$r.txt"
     printf 'round %d/%d: %s done\r\033[K' "$r" "$runs" "$name" >&2
   done
@@ -116,6 +127,6 @@ cpu_flags() {
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')," \
   "$(nproc) vCPU ($(cpu_flags)); load average before $load_before, after $load_after"
 echo "input: $input ($lines lines; PyTorch: $torch_count)"
-echo "masque: $masque (threads: $threads); PyTorch $("$python" -c 'import torch; print(torch.__version__)') (1 thread)"
+echo "masque: $masque (threads: $threads); PyTorch $("$python" -c 'import torch; print(torch.__version__)') (1 thread; BLAS: $torch_blas)"
 echo
 awk -v runs="$runs" -v threads="$threads" -f "$here/report.awk" "$work/timings"

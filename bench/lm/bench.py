@@ -412,6 +412,7 @@ def main():
                     help="only print the tables of the results.json in --scratch")
     a = ap.parse_args()
     a.scratch = os.path.abspath(a.scratch)
+    a.openblas = os.path.abspath(a.openblas) if a.openblas else ""
     a.dtypes = a.dtypes.split(",")
     parts = a.only.split(",")
     path = os.path.join(a.scratch, "results.json")

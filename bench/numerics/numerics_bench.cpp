@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <immintrin.h>
+#include <sys/mman.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "masque/attention.hpp"
@@ -158,6 +159,19 @@ __attribute__((target("avx2,fma"))) float fma_chains_avx2(long iterations) {
   return sum;
 }
 
+// Runs body(t) for t in [0, threads) on that many threads started together.
+void run_team(int threads, const std::function<void(int)>& body) {
+  if (threads == 1) return body(0);
+  std::latch start(threads);
+  std::vector<std::thread> team;
+  for (int t = 0; t < threads; ++t)
+    team.emplace_back([&, t] {
+      start.arrive_and_wait();
+      body(t);
+    });
+  for (auto& t : team) t.join();
+}
+
 // The f32 FMA peak with `threads` threads, each running the chains: what the CPU delivers at the
 // clock it runs at now (under AVX-512 load, on this VM's share of the host).
 void bench_peak(const Options& o) {
@@ -169,23 +183,49 @@ void bench_peak(const Options& o) {
   std::vector<float> sums(o.threads);
   volatile float sink = 0.0f;  // keeps the chains from being optimised away
   report(o, "peak", shape, flops_per_thread * o.threads, [&] {
-    const auto chains = [&](int t) {
+    run_team(o.threads, [&](int t) {
       sums[t] = avx512 ? fma_chains_avx512(kPeakIterations) : fma_chains_avx2(kPeakIterations);
-    };
-    if (o.threads == 1) {
-      chains(0);
-    } else {
-      std::latch start(o.threads);
-      std::vector<std::thread> team;
-      for (int t = 0; t < o.threads; ++t)
-        team.emplace_back([&, t] {
-          start.arrive_and_wait();
-          chains(t);
-        });
-      for (auto& t : team) t.join();
-    }
+    });
     for (float x : sums) sink = sink + x;
   });
+}
+
+// Sums n floats (n a multiple of 64) with four independent AVX-512 accumulators.
+__attribute__((target("avx512f"))) float read_sum_avx512(const float* p, std::size_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (std::size_t i = 0; i < n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+  }
+  // (not _mm512_reduce_add_ps: GCC 12's version warns about an uninitialised variable)
+  float lanes[16], sum = 0.0f;
+  _mm512_storeu_ps(lanes, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  for (float x : lanes) sum += x;
+  return sum;
+}
+
+// The read bandwidth `threads` cores get from memory: each sums its share of a buffer larger
+// than this VM's last-level cache. A one-row product streams its weights once, so this is the
+// ceiling of decoding speed. Reported in GB/s (in the GFLOP/s column).
+void bench_read_bandwidth(const Options& o) {
+  constexpr std::size_t kBytes = std::size_t{1} << 30;
+  const std::string shape = "read 1024 MB";
+  if (!__builtin_cpu_supports("avx512f") || !selected(o, "bandwidth", shape)) return;
+  const std::size_t n = kBytes / sizeof(float), share = n / o.threads / 64 * 64;
+  void* raw = std::aligned_alloc(2 << 20, kBytes);
+  if (raw == nullptr) return;
+  madvise(raw, kBytes, MADV_HUGEPAGE);
+  float* data = static_cast<float*>(raw);
+  std::fill(data, data + n, 1.0f);
+  std::vector<float> sums(o.threads);
+  volatile float sink = 0.0f;
+  report(o, "bandwidth", shape, static_cast<double>(share * o.threads * sizeof(float)), [&] {
+    run_team(o.threads, [&](int t) { sums[t] = read_sum_avx512(data + t * share, share); });
+    for (float x : sums) sink = sink + x;
+  });
+  std::free(raw);
 }
 
 // Self-attention of one sequence of t tokens, `heads` x `head_dim`, q/k/v token-major.
@@ -279,6 +319,7 @@ int main(int argc, char** argv) {
   use_cpu_clock = o.cpu_clock;
   set_thread_count(o.threads);
   bench_peak(o);
+  bench_read_bandwidth(o);
   const std::int64_t shapes[][3] = {
       {2048, 512, 2048}, {2048, 768, 3072}, {512, 768, 768}, {128, 768, 768}, {8, 768, 3072},
       {1, 768, 768},     {1, 768, 50257},   {32, 32, 128},   {64, 64, 172},

@@ -213,24 +213,36 @@ def compare(masque_path, torch_specs):
         rows.append(row)
     table(header, rows, 3)
 
-    # Yardsticks measured in this run: the FMA peak of this CPU and oneDNN driven directly.
+    # Yardsticks measured in this run: the FMA peak of this CPU, its read bandwidth from memory
+    # (the ceiling of one-row products, which stream their weights: 4 bytes per 2 flops) and
+    # oneDNN driven directly.
     print()
     header = ["shape", "threads", "masque", "oneDNN direct", "masque / oneDNN",
-              "% of FMA peak", "oneDNN % of FMA peak"]
+              "% of FMA peak", "oneDNN % of FMA peak", "one row: weights GB/s, % of read"]
     rows = []
+
+    def yardstick(kind, threads):
+        return next((v for (k, _, t), v in masque.items() if k == kind and t == threads), None)
+
     for (kind, shape, threads), g in masque.items():
         if kind != "matmul":
             continue
         direct = masque.get(("matmul-onednn", shape, threads))
-        peak = next((v for (k, _, t), v in masque.items() if k == "peak" and t == threads), None)
+        peak, read = yardstick("peak", threads), yardstick("bandwidth", threads)
+        stream = ""
+        if shape.startswith("1x") and read:
+            stream = f"{2 * g:.1f}, {100 * 2 * g / read:.0f}%"
         rows.append([shape, str(threads), f"{g:.1f}",
                      f"{direct:.1f}" if direct else "-",
                      f"{g / direct:.2f}" if direct else "-",
                      f"{100 * g / peak:.0f}%" if peak else "-",
-                     f"{100 * direct / peak:.0f}%" if peak and direct else "-"])
+                     f"{100 * direct / peak:.0f}%" if peak and direct else "-", stream])
     for (kind, shape, threads), g in masque.items():
         if kind == "peak":
-            rows.append([f"FMA peak ({shape})", str(threads), f"{g:.1f}", "", "", "", ""])
+            rows.append([f"FMA peak ({shape}), GFLOP/s", str(threads), f"{g:.1f}", "", "", "",
+                         "", ""])
+        if kind == "bandwidth":
+            rows.append([f"memory {shape}, GB/s", str(threads), f"{g:.1f}", "", "", "", "", ""])
     table(header, rows, 2)
 
     print()
