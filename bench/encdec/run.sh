@@ -27,12 +27,11 @@ threads=${THREADS:-1 2}
 torch_lines=${TORCH_LINES:-0}
 input=$root/../shared/bench/aren-20k.txt
 python=/usr/bin/python3  # Debian's, with python3-torch (a pyenv python3 on PATH may lack it)
-openblas=${OPENBLAS_DIR:-$build/openblas/usr/lib/x86_64-linux-gnu/openblas-pthread}
 # Debian's PyTorch runs float matmuls on whatever libblas.so.3 the loader finds: OpenBLAS when
 # it is at hand, else the system's (the reference BLAS unless OpenBLAS is installed).
 torch_env=(env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1)
 torch_blas="system libblas.so.3 -> $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 || echo none)"
-if [ -e "$openblas/libblas.so.3" ]; then
+if openblas=$("$root/bench/fetch-openblas.sh" --find "$build"); then
   torch_env+=("LD_LIBRARY_PATH=$openblas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
   torch_blas="OpenBLAS from $openblas"
 fi

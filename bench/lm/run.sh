@@ -11,7 +11,7 @@
 #   ONLY=score,generate,corpus   which benchmarks
 #   SCRATCH=bench/out/lm   where the generated model, inputs and raw results go (not committed)
 #   OPENBLAS_DIR   a directory holding OpenBLAS's libblas.so.3, which PyTorch then runs on;
-#                  default BUILD_DIR/openblas/... as bench/fetch-openblas.sh unpacks it
+#                  default: where bench/fetch-openblas.sh BUILD_DIR unpacks it
 #
 # The GPT-2-small-sized model (random weights, ~500 MB) is written there on the first run.
 # PyTorch comes from Debian's python3-torch, hence /usr/bin/python3 (not a pyenv python).
@@ -22,11 +22,10 @@ build=${1:-$root/build-bench}
 /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null ||
   { echo "run.sh: /usr/bin/python3 lacks torch or numpy (apt install python3-torch)" >&2; exit 2; }
 
-openblas=${OPENBLAS_DIR:-$build/openblas/usr/lib/x86_64-linux-gnu/openblas-pthread}
-if [ -e "$openblas/libblas.so.3" ]; then
+if openblas=$("$root/bench/fetch-openblas.sh" --find "$build"); then
   set -- --openblas "$openblas"
 else
-  echo "run.sh: no OpenBLAS at $openblas (bench/fetch-openblas.sh $build): PyTorch runs on the system BLAS" >&2
+  echo "run.sh: no OpenBLAS (bench/fetch-openblas.sh $build): PyTorch runs on the system BLAS" >&2
   set --
 fi
 

@@ -19,7 +19,7 @@ script="$root/bench/numerics/torch_bench.py"
 rounds=${ROUNDS:-3}
 repeats=${REPEATS:-7}
 threads_list=${THREADS:-1 2}
-openblas=${OPENBLAS_DIR:-$build/openblas/usr/lib/x86_64-linux-gnu/openblas-pthread}
+openblas=$("$root/bench/fetch-openblas.sh" --find "$build" || true)
 [ -x "$bench" ] || { echo "run.sh: $bench not found (build the bench_numerics target)" >&2; exit 2; }
 "$python" -c 'import torch' 2>/dev/null || { echo "run.sh: $python has no torch (python3-torch)" >&2; exit 2; }
 
@@ -28,7 +28,7 @@ system_blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || 
 with_openblas=no
 case "$system_blas" in
   *openblas*) ;;
-  *) [ -e "$openblas/libblas.so.3" ] && with_openblas=yes ;;
+  *) [ -n "$openblas" ] && with_openblas=yes ;;
 esac
 
 out="$build/bench/numerics"
