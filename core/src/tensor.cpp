@@ -14,6 +14,7 @@ std::size_t dtype_size(DType dtype) {
     case DType::f16: return 2;
     case DType::bf16: return 2;
     case DType::i32: return 4;
+    case DType::i8: return 1;
   }
   return 0;
 }
@@ -24,6 +25,7 @@ const char* to_string(DType dtype) {
     case DType::f16: return "F16";
     case DType::bf16: return "BF16";
     case DType::i32: return "I32";
+    case DType::i8: return "I8";
   }
   return "?";
 }

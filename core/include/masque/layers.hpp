@@ -31,9 +31,12 @@ enum class WeightLayout : std::uint8_t {
 struct LinearOptions {
   Activation activation = Activation::none;  // fused into the matmul
   WeightLayout layout = WeightLayout::out_in;
-  // The matmul's input and weight type: f32, or bf16 (weights packed as bfloat16, inputs
+  // The matmul's input and weight type: f32; bf16 (weights packed as bfloat16, inputs
   // rounded to it per call, f32 accumulation and output) for half the weight memory traffic
-  // and AMX/AVX-512 BF16 speed, at about 3 significant digits.
+  // and AMX/AVX-512 BF16 speed, at about 3 significant digits; or i8 (weights quantized once
+  // with one symmetric scale per output feature, each input row quantized per call with its
+  // own scale, exact int32 accumulation; bias and activation in f32) for a quarter of the
+  // weight memory and AMX/VNNI int8 speed, at about 2 significant digits.
   DType compute = DType::f32;
 };
 

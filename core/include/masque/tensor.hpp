@@ -15,7 +15,8 @@
 
 namespace masque {
 
-enum class DType : std::uint8_t { f32, f16, bf16, i32 };
+// i8 names a computation type (LinearOptions::compute); tensors hold f32, f16, bf16 or i32.
+enum class DType : std::uint8_t { f32, f16, bf16, i32, i8 };
 
 std::size_t dtype_size(DType dtype);
 const char* to_string(DType dtype);

@@ -11,9 +11,17 @@
 // batch. A bf16 layer deeper than kMaxBf16Depth is therefore computed as several products over
 // input slices of at most that depth, each added onto the output (a sum post-op) in a fixed
 // order. An f32 layer is one part.
+//
+// int8: the weight is quantized once, one symmetric scale per output feature (the matmul's
+// output scales); each call quantizes every input row with its own scale, so a row's numbers
+// never depend on the other rows, and int32 accumulation is exact, so they do not depend on how
+// oneDNN splits the product either. oneDNN 2.6's fast kernels take no per-row scale, hence a
+// second primitive (binary) finishes y = act(y * row_scale + bias). One part.
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -91,7 +99,8 @@ dnnl::primitive_attr make_attr(bool accumulate, Activation activation) {
 struct Linear::Impl {
   std::int64_t in = 0, out = 0;
   Activation activation = Activation::none;
-  dt compute = dt::f32;  // input and weight type
+  dt compute = dt::f32;              // input and weight type
+  std::vector<float> weight_scales;  // s8: one per output feature
   // The product over inputs [begin, begin + depth): the first part adds the bias, later ones
   // add onto the output, the last applies the activation.
   struct Part {
@@ -110,6 +119,8 @@ struct Linear::Impl {
     std::size_t scratchpad_bytes = 0;
     dnnl::memory weights;  // the packed weights, or a copy in the layout this primitive wants
     std::shared_ptr<void> storage;  // the buffer of `weights`
+    dnnl::binary epilogue;          // s8: y = act(y * row_scale + bias), in place
+    dnnl::memory::desc row_scales_md;
   };
   using Key = std::tuple<std::int64_t, int, std::size_t>;  // rows, threads, part
   mutable std::mutex mutex;
@@ -119,11 +130,15 @@ struct Linear::Impl {
                                         const dnnl::memory::desc& wmd) const;
   std::shared_ptr<const Executable> create(std::int64_t rows, std::size_t part) const;
   std::shared_ptr<const Executable> get(std::int64_t rows, std::size_t part) const;
-  // One part's product: x (rows x the part's depth, dense) into y.
-  void run(std::int64_t rows, std::size_t part, const void* x, float* y) const;
+  dnnl::binary describe_epilogue(std::int64_t rows) const;
+  // One part's product: x (rows x the part's depth, dense) into y; row_scales: s8 only.
+  void run(std::int64_t rows, std::size_t part, const void* x, float* y,
+           const float* row_scales = nullptr) const;
   // x rounded to bfloat16 in the calling thread's buffer, part by part: part p's columns of
   // every row, rows x depth, start at rows * begin (a dense operand for each product).
   const std::uint16_t* to_bf16(const float* x, std::int64_t rows) const;
+  // x quantized to int8 row by row in the calling thread's buffers: the rows and their scales.
+  std::pair<const std::int8_t*, const float*> to_s8(const float* x, std::int64_t rows) const;
 };
 
 dnnl::matmul::primitive_desc Linear::Impl::describe(std::int64_t rows, std::size_t part,
@@ -131,12 +146,49 @@ dnnl::matmul::primitive_desc Linear::Impl::describe(std::int64_t rows, std::size
   const bool first = part == 0, last = part + 1 == parts.size();
   dnnl::memory::desc src({rows, parts[part].depth}, compute, tag::ab);
   dnnl::memory::desc dst({rows, out}, dt::f32, tag::ab);
+  if (compute == dt::s8) {  // bias and activation come after the row scales (the epilogue)
+    dnnl::primitive_attr attr = make_attr(false, Activation::none);
+    attr.set_output_scales(1 << 1, weight_scales);
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wmd, dst), attr, cpu_engine());
+  }
   dnnl::matmul::desc desc = bias_md.is_zero() || !first
                                 ? dnnl::matmul::desc(src, wmd, dst)
                                 : dnnl::matmul::desc(src, wmd, bias_md, dst);
   return dnnl::matmul::primitive_desc(desc, make_attr(!first, last ? activation : Activation::none),
                                       cpu_engine());
 }
+
+dnnl::binary Linear::Impl::describe_epilogue(std::int64_t rows) const {
+  dnnl::memory::desc y({rows, out}, dt::f32, tag::ab), scales({rows, 1}, dt::f32, tag::ab);
+  dnnl::primitive_attr attr;
+  dnnl::post_ops ops;
+  if (!bias_md.is_zero()) ops.append_binary(dnnl::algorithm::binary_add, bias_md);
+  if (activation != Activation::none)
+    ops.append_eltwise(1.0f, eltwise_of(activation), activation == Activation::silu ? 1.0f : 0.0f,
+                       0.0f);
+  if (ops.len() > 0) attr.set_post_ops(ops);
+  return dnnl::binary(dnnl::binary::primitive_desc(
+      dnnl::binary::desc(dnnl::algorithm::binary_mul, y, scales, y), attr, cpu_engine()));
+}
+
+namespace {
+
+// Copies packed weights into another layout. oneDNN 2.6 reorders s8 between two blocked
+// layouts only through a plain one.
+void repack(dnnl::memory from, dnnl::memory to) {  // handles: copies share the buffer
+  auto& stream = thread_stream();
+  try {
+    dnnl::reorder(from, to).execute(stream, from, to);
+  } catch (const dnnl::error&) {
+    const dnnl::memory::dims dims = from.get_desc().dims();
+    dnnl::memory plain({dims, from.get_desc().data_type(), tag::ab}, cpu_engine());
+    dnnl::reorder(from, plain).execute(stream, from, plain);
+    dnnl::reorder(plain, to).execute(stream, plain, to);
+  }
+  stream.wait();
+}
+
+}  // namespace
 
 std::shared_ptr<const Linear::Impl::Executable> Linear::Impl::create(std::int64_t rows,
                                                                      std::size_t part) const {
@@ -157,14 +209,16 @@ std::shared_ptr<const Linear::Impl::Executable> Linear::Impl::create(std::int64_
     // This row count wants another layout: give it its own copy (rare; memory over speed).
     pd = describe(rows, part, dnnl::memory::desc({p.depth, out}, compute, tag::any));
     exe->weights = numerics::layer_memory(pd.weights_desc(), exe->storage);
-    dnnl::memory src = p.weights;
-    dnnl::reorder(src, exe->weights).execute(thread_stream(), src, exe->weights);
-    thread_stream().wait();
+    repack(p.weights, exe->weights);
   }
   exe->matmul = dnnl::matmul(pd);
   exe->src_md = pd.src_desc();
   exe->dst_md = pd.dst_desc();
   exe->scratchpad_bytes = pd.scratchpad_desc().get_size();
+  if (compute == dt::s8) {
+    exe->epilogue = describe_epilogue(rows);
+    exe->row_scales_md = dnnl::memory::desc({rows, 1}, dt::f32, tag::ab);
+  }
   return exe;
 }
 
@@ -188,7 +242,8 @@ namespace {
 dt compute_type(DType compute) {
   if (compute == DType::f32) return dt::f32;
   if (compute == DType::bf16) return dt::bf16;
-  throw RuntimeError(std::string("Linear: matmuls compute in f32 or bf16, not ") +
+  if (compute == DType::i8) return dt::s8;
+  throw RuntimeError(std::string("Linear: matmuls compute in f32, bf16 or i8, not ") +
                      to_string(compute));
 }
 
@@ -201,6 +256,84 @@ dnnl::memory source_weights(const Tensor& w32, WeightLayout layout, std::int64_t
                         out_in ? dnnl::memory::dims{1, in} : dnnl::memory::dims{out, 1});
   float* data = const_cast<float*>(w32.f32()) + (out_in ? begin : begin * out);
   return dnnl::memory(md, cpu_engine(), data);
+}
+
+// Rounds to the nearest integer, halves to even (for |v| < 2^22, in the default rounding mode),
+// in a form that vectorises.
+inline float round_even(float v) {
+  return (v + 12582912.0f) - 12582912.0f;  // 1.5 * 2^23
+}
+
+// The symmetric int8 scale of n values: max |x| / 127 (0 for all zeros; NaN when one is not
+// finite, which makes that row's results NaN as in f32).
+MASQUE_VECTORIZE float int8_scale(const float* x, std::int64_t n) {
+  return numerics::abs_max_of(x, n) / 127.0f;
+}
+
+// q[i] = round(x[i] * (1 / scale)) in [-127, 127]; zeros when the scale is 0 or NaN.
+MASQUE_VECTORIZE void quantize_s8(const float* __restrict x, std::int64_t n, float scale,
+                                  std::int8_t* __restrict q) {
+  if (!(scale > 0.0f)) {
+    std::memset(q, 0, n);
+    return;
+  }
+  const float inverse = 1.0f / scale;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = std::min(127.0f, std::max(-127.0f, round_even(x[i] * inverse)));
+    q[i] = static_cast<std::int8_t>(v);
+  }
+}
+
+// Quantizes the columns of a row-major [rows, cols] matrix, column n with scales[n] (as
+// quantize_s8 does a row: the same products and rounding).
+MASQUE_VECTORIZE void quantize_columns(const float* __restrict w, std::int64_t rows,
+                                       std::int64_t cols, const float* __restrict scales,
+                                       std::int8_t* __restrict q) {
+  std::vector<float> inverse(cols);
+  for (std::int64_t n = 0; n < cols; ++n) inverse[n] = scales[n] > 0.0f ? 1.0f / scales[n] : 0.0f;
+  for (std::int64_t k = 0; k < rows; ++k)
+    for (std::int64_t n = 0; n < cols; ++n) {
+      const float v = std::min(127.0f, std::max(-127.0f, round_even(w[k * cols + n] * inverse[n])));
+      q[k * cols + n] = static_cast<std::int8_t>(v);
+    }
+}
+
+// The largest |w| of each column of a row-major [rows, cols] matrix of finite values.
+MASQUE_VECTORIZE void column_abs_max(const float* __restrict w, std::int64_t rows,
+                                     std::int64_t cols, float* __restrict amax) {
+  std::fill(amax, amax + cols, 0.0f);
+  for (std::int64_t k = 0; k < rows; ++k)
+    for (std::int64_t n = 0; n < cols; ++n) amax[n] = std::max(amax[n], std::fabs(w[k * cols + n]));
+}
+
+// The weight quantized per output feature, as a [K, N] s8 memory in the weight's own layout, and
+// the scales (into `scales`; the buffer into `storage`).
+dnnl::memory quantize_weights(const Tensor& w32, WeightLayout layout, std::int64_t in,
+                              std::int64_t out, std::vector<float>& scales,
+                              std::shared_ptr<void>& storage) {
+  const float* w = w32.f32();
+  if (std::isnan(int8_scale(w, in * out)))  // (vectorised)
+    throw RuntimeError(
+        "Linear: the weight has values that are not finite; they cannot be "
+        "quantized to int8");
+  auto q = std::make_shared<std::vector<std::int8_t>>(in * out);
+  scales.resize(out);
+  const bool out_in = layout == WeightLayout::out_in;
+  if (out_in) {
+    for (std::int64_t n = 0; n < out; ++n) {
+      scales[n] = int8_scale(w + n * in, in);
+      quantize_s8(w + n * in, in, scales[n], q->data() + n * in);
+    }
+  } else {
+    column_abs_max(w, in, out, scales.data());
+    for (float& s : scales) s /= 127.0f;
+    quantize_columns(w, in, out, scales.data(), q->data());
+  }
+  dnnl::memory::desc md({in, out}, dt::s8,
+                        out_in ? dnnl::memory::dims{1, in} : dnnl::memory::dims{out, 1});
+  dnnl::memory m(md, cpu_engine(), q->data());
+  storage = q;
+  return m;
 }
 
 // The input slices of the parts: one for f32; slices of at most kMaxBf16Depth for bf16, equal
@@ -242,6 +375,11 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options) 
   for (const auto& [begin, depth] : input_slices(impl->in, impl->compute))
     impl->parts.push_back(
         {.begin = begin, .depth = depth, .weights_md = {}, .weights = {}, .storage = {}});
+  std::shared_ptr<void> quantized;  // s8: the weight quantized, before packing
+  dnnl::memory s8_weights;
+  if (impl->compute == dt::s8)
+    s8_weights =
+        quantize_weights(w32, options.layout, impl->in, impl->out, impl->weight_scales, quantized);
   for (std::size_t i = 0; i < impl->parts.size(); ++i) {
     Impl::Part& part = impl->parts[i];
     dnnl::matmul::primitive_desc pd;
@@ -252,8 +390,9 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options) 
       throw RuntimeError(std::string("Linear: oneDNN has no ") + to_string(options.compute) +
                          " matmul on this CPU (" + e.what() + ")");
     }
-    dnnl::memory src =
-        source_weights(w32, options.layout, impl->in, impl->out, part.begin, part.depth);
+    dnnl::memory src = impl->compute == dt::s8 ? s8_weights
+                                               : source_weights(w32, options.layout, impl->in,
+                                                                impl->out, part.begin, part.depth);
     part.weights_md = pd.weights_desc();
     part.weights = numerics::layer_memory(part.weights_md, part.storage);
     dnnl::reorder(src, part.weights).execute(thread_stream(), src, part.weights);
@@ -314,7 +453,8 @@ Activation Linear::activation() const {
   return impl_ ? impl_->activation : Activation::none;
 }
 DType Linear::compute() const {
-  return impl_ && impl_->compute == dt::bf16 ? DType::bf16 : DType::f32;
+  if (!impl_ || impl_->compute == dt::f32) return DType::f32;
+  return impl_->compute == dt::bf16 ? DType::bf16 : DType::i8;
 }
 
 namespace {
@@ -323,11 +463,12 @@ namespace {
 // (creating memory objects and an argument map per call cost as much as a small matmul).
 struct Bound {
   std::weak_ptr<const void> owner;
-  dnnl::memory src, dst, scratchpad;
+  dnnl::memory src, dst, scratchpad, row_scales;
 };
 
 Bound& bound_memories(const std::shared_ptr<const void>& exe, const dnnl::memory::desc& src_md,
-                      const dnnl::memory::desc& dst_md, std::size_t scratchpad_bytes) {
+                      const dnnl::memory::desc& dst_md, std::size_t scratchpad_bytes,
+                      const dnnl::memory::desc& row_scales_md) {
   thread_local std::unordered_map<const void*, Bound> bound;
   Bound& b = bound[exe.get()];
   if (b.owner.lock() != exe) {  // new, or a dead primitive's address reused
@@ -342,6 +483,8 @@ Bound& bound_memories(const std::shared_ptr<const void>& exe, const dnnl::memory
       fresh.scratchpad =
           dnnl::memory({{static_cast<dnnl::memory::dim>(scratchpad_bytes)}, dt::u8, tag::a}, engine,
                        DNNL_MEMORY_NONE);
+    if (!row_scales_md.is_zero())
+      fresh.row_scales = dnnl::memory(row_scales_md, engine, DNNL_MEMORY_NONE);
     return fresh;
   }
   return b;
@@ -372,28 +515,48 @@ const std::uint16_t* Linear::Impl::to_bf16(const float* x, std::int64_t rows) co
   return buffer.data();
 }
 
+std::pair<const std::int8_t*, const float*> Linear::Impl::to_s8(const float* x,
+                                                                std::int64_t rows) const {
+  thread_local std::vector<std::int8_t> buffer;  // kept between calls
+  thread_local std::vector<float> scales;
+  if (buffer.size() < static_cast<std::size_t>(rows * in)) buffer.resize(rows * in);
+  if (scales.size() < static_cast<std::size_t>(rows)) scales.resize(rows);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    scales[r] = int8_scale(x + r * in, in);
+    quantize_s8(x + r * in, in, scales[r], buffer.data() + r * in);
+  }
+  return {buffer.data(), scales.data()};
+}
+
 void Linear::forward(const float* x, std::int64_t rows, float* y) const {
   if (!impl_) throw RuntimeError("Linear used before construction");
   if (rows <= 0) return;
   // Small products are over before a second thread wakes up, and memory-bound ones (few rows)
   // only gain from it when they stream much memory: those run on this thread (and get
   // primitives created for one thread).
-  const bool bf16 = impl_->compute == dt::bf16;
-  const double flops = 2.0 * rows * impl_->in * impl_->out;
-  const double weight_bytes = (bf16 ? 2.0 : 4.0) * impl_->in * impl_->out;
+  // threads_for() is tuned on f32; an int8 product runs at about 8x its rate (AMX, measured).
+  const double flops = 2.0 * rows * impl_->in * impl_->out / (impl_->compute == dt::s8 ? 8.0 : 1.0);
+  const double weight_bytes =
+      static_cast<double>(dnnl::memory::data_type_size(impl_->compute)) * impl_->in * impl_->out;
   std::optional<ThreadScope> one;
   if (rows < kParallelMinRows ? weight_bytes < kParallelMinWeightBytes
                               : numerics::threads_for(flops) == 1)
     one.emplace(1);
-  if (!bf16) return impl_->run(rows, 0, x, y);  // f32: one part
+  if (impl_->compute == dt::f32) return impl_->run(rows, 0, x, y);  // one part
+  if (impl_->compute == dt::s8) {
+    const auto [q, scales] = impl_->to_s8(x, rows);
+    return impl_->run(rows, 0, q, y, scales);
+  }
   const std::uint16_t* src = impl_->to_bf16(x, rows);
   for (std::size_t part = 0; part < impl_->parts.size(); ++part)
     impl_->run(rows, part, src + rows * impl_->parts[part].begin, y);
 }
 
-void Linear::Impl::run(std::int64_t rows, std::size_t part, const void* x, float* y) const {
+void Linear::Impl::run(std::int64_t rows, std::size_t part, const void* x, float* y,
+                       const float* row_scales) const {
   auto exe = get(rows, part);
-  Bound& b = bound_memories(exe, exe->src_md, exe->dst_md, exe->scratchpad_bytes);
+  Bound& b =
+      bound_memories(exe, exe->src_md, exe->dst_md, exe->scratchpad_bytes, exe->row_scales_md);
   b.src.set_data_handle(const_cast<void*>(x));
   b.dst.set_data_handle(y);
   dnnl_exec_arg_t args[5];
@@ -401,14 +564,26 @@ void Linear::Impl::run(std::int64_t rows, std::size_t part, const void* x, float
   args[n++] = {DNNL_ARG_SRC, b.src.get()};
   args[n++] = {DNNL_ARG_WEIGHTS, exe->weights.get()};
   args[n++] = {DNNL_ARG_DST, b.dst.get()};
-  if (!bias_md.is_zero() && part == 0) args[n++] = {DNNL_ARG_BIAS, bias.get()};
+  if (!bias_md.is_zero() && part == 0 && compute != dt::s8) args[n++] = {DNNL_ARG_BIAS, bias.get()};
   if (exe->scratchpad_bytes > 0) {
     b.scratchpad.set_data_handle(numerics::thread_scratchpad(exe->scratchpad_bytes));
     args[n++] = {DNNL_ARG_SCRATCHPAD, b.scratchpad.get()};
   }
   auto& stream = thread_stream();
-  if (dnnl_primitive_execute(exe->matmul.get(), stream.get(), n, args) != dnnl_success)
-    throw RuntimeError("Linear: oneDNN matmul failed");
+  if (const dnnl_status_t status = dnnl_primitive_execute(exe->matmul.get(), stream.get(), n, args);
+      status != dnnl_success)
+    throw RuntimeError("Linear: oneDNN matmul failed (status " + std::to_string(status) + ")");
+  if (compute == dt::s8) {
+    b.row_scales.set_data_handle(const_cast<float*>(row_scales));
+    dnnl_exec_arg_t epilogue_args[4] = {{DNNL_ARG_SRC_0, b.dst.get()},
+                                        {DNNL_ARG_SRC_1, b.row_scales.get()},
+                                        {DNNL_ARG_DST, b.dst.get()},
+                                        {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+                                         bias_md.is_zero() ? nullptr : bias.get()}};
+    if (dnnl_primitive_execute(exe->epilogue.get(), stream.get(), bias_md.is_zero() ? 3 : 4,
+                               epilogue_args) != dnnl_success)
+      throw RuntimeError("Linear: oneDNN binary (int8 row scales) failed");
+  }
   stream.wait();
 }
 

@@ -102,4 +102,35 @@ inline float max_of(const float* x, std::int64_t n) {
   return m;
 }
 
+// The largest |x[i]| of x[0..n) (0 for n = 0), or NaN when one of them is not finite. Lanes as
+// in max_of.
+inline float abs_max_of(const float* x, std::int64_t n) {
+  constexpr int kLanes = 16;
+  using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
+  using Mask = std::int32_t __attribute__((vector_size(kLanes * sizeof(float))));
+  constexpr float kMaxFinite = 3.40282347e+38f;
+  Lanes lanes = {};
+  Mask finite = Mask{} - 1;
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    Lanes v;
+    std::memcpy(&v, x + i, sizeof v);
+    const Lanes a = v < 0 ? -v : v;  // a NaN stays NaN
+    finite &= a <= kMaxFinite;
+    lanes = a > lanes ? a : lanes;
+  }
+  float m = 0.0f;
+  bool all_finite = true;
+  for (int l = 0; l < kLanes; ++l) {
+    m = lanes[l] > m ? lanes[l] : m;
+    all_finite = all_finite && finite[l] != 0;
+  }
+  for (; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    all_finite = all_finite && a <= kMaxFinite;
+    m = a > m ? a : m;
+  }
+  return all_finite ? m : __builtin_nanf("");
+}
+
 }  // namespace masque::numerics

@@ -52,7 +52,7 @@ class Block {
 
 class Gpt2Model final : public Model {
  public:
-  // compute: the matmuls' type, f32 or bf16 (LinearOptions::compute).
+  // compute: the matmuls' type, f32, bf16 or i8 (LinearOptions::compute).
   explicit Gpt2Model(const std::filesystem::path& dir, DType compute = DType::f32);
 
   const ModelInfo& info() const override { return info_; }

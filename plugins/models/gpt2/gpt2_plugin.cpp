@@ -1,13 +1,13 @@
 // Model plugin `gpt2`: Hugging Face GPT-2 folders (GPT2LMHeadModel / GPT2Model checkpoints).
 #include "gpt2_model.hpp"
 #include "masque/params.hpp"
+#include "matmul_dtype.hpp"
 
 namespace {
 
 masque::Plugin* create(const masque::Params& params) {
-  const bool bf16 = params.get_string("matmul_dtype") == "bf16";
   return new masque::gpt2::Gpt2Model(params.get_string("path"),
-                                     bf16 ? masque::DType::bf16 : masque::DType::f32);
+                                     masque::models::matmul_dtype(params));
 }
 
 const masque::ParamSpec kParams[] = {
@@ -17,13 +17,7 @@ const masque::ParamSpec kParams[] = {
              "and its shards); generation_config.json, when present, overrides bos/eos/pad; "
              "of an id list (eos_token_id) the first id is the model's",
      .flags = masque::kParamRequired},
-    {.name = "matmul_dtype",
-     .type = masque::ParamType::string,
-     .default_value = "f32",
-     .help = "type of the weights and inputs of every matmul (attention stays f32): f32, or "
-             "bf16 for half the weight memory and AMX / AVX-512 BF16 speed at about 3 "
-             "significant digits (logits then differ from f32 by ~1e-2)",
-     .choices = "f32|bf16"},
+    masque::models::kMatmulDtypeParam,
 };
 
 const masque::PluginDescriptor* descriptor() {

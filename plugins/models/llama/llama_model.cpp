@@ -41,8 +41,9 @@ constexpr decoder_only::ModelNames kNames{"llama", "max_position_embeddings"};
 // ---- Block ----------------------------------------------------------------------------------
 
 Block::Block(const SafeTensors& weights, const std::string& prefix, const LlamaConfig& config,
-             const Rotary& rotary, std::int32_t index)
+             const Rotary& rotary, std::int32_t index, DType compute)
     : index_(index), rotary_(rotary) {
+  const LinearOptions options{.compute = compute};
   const std::int64_t c = config.hidden, q = config.q_width(), kv = config.kv_width();
   const std::int64_t inner = config.intermediate;
   auto weight = [&](const std::string& name, std::int64_t out, std::int64_t in) {
@@ -61,16 +62,21 @@ Block::Block(const SafeTensors& weights, const std::string& prefix, const LlamaC
   const Tensor qkv[] = {weight("self_attn.q_proj", q, c), weight("self_attn.k_proj", kv, c),
                         weight("self_attn.v_proj", kv, c)};
   qkv_ = Linear::concat(
-      qkv, biases(config.attention_bias,
-                  {{"self_attn.q_proj", q}, {"self_attn.k_proj", kv}, {"self_attn.v_proj", kv}}));
+      qkv,
+      biases(config.attention_bias,
+             {{"self_attn.q_proj", q}, {"self_attn.k_proj", kv}, {"self_attn.v_proj", kv}}),
+      options);
   const auto o_bias = biases(config.attention_bias, {{"self_attn.o_proj", c}});
-  o_proj_ = Linear(weight("self_attn.o_proj", c, q), o_bias.empty() ? Tensor() : o_bias[0]);
+  o_proj_ =
+      Linear(weight("self_attn.o_proj", c, q), o_bias.empty() ? Tensor() : o_bias[0], options);
 
   const Tensor gate_up[] = {weight("mlp.gate_proj", inner, c), weight("mlp.up_proj", inner, c)};
   gate_up_ = Linear::concat(
-      gate_up, biases(config.mlp_bias, {{"mlp.gate_proj", inner}, {"mlp.up_proj", inner}}));
+      gate_up, biases(config.mlp_bias, {{"mlp.gate_proj", inner}, {"mlp.up_proj", inner}}),
+      options);
   const auto down_bias = biases(config.mlp_bias, {{"mlp.down_proj", c}});
-  down_ = Linear(weight("mlp.down_proj", c, inner), down_bias.empty() ? Tensor() : down_bias[0]);
+  down_ = Linear(weight("mlp.down_proj", c, inner), down_bias.empty() ? Tensor() : down_bias[0],
+                 options);
 
   dims_ = {config.heads, config.kv_heads, config.head_dim,
            1.0f / std::sqrt(static_cast<float>(config.head_dim))};
@@ -117,7 +123,8 @@ void Block::attend(Workspace& ws, const AttentionTarget& target) const {
 
 // ---- LlamaModel -----------------------------------------------------------------------------
 
-LlamaModel::LlamaModel(const std::filesystem::path& dir) : config_(LlamaConfig::load(dir)) {
+LlamaModel::LlamaModel(const std::filesystem::path& dir, DType compute)
+    : config_(LlamaConfig::load(dir)) {
   const SafeTensors weights = SafeTensors::open(dir);
   // LlamaForCausalLM checkpoints prefix the body with "model."; LlamaModel's do not.
   const std::string prefix = weights.contains("model.embed_tokens.weight") ? "model." : "";
@@ -125,17 +132,19 @@ LlamaModel::LlamaModel(const std::filesystem::path& dir) : config_(LlamaConfig::
   embed_tokens_.table = weights.get_f32(prefix + "embed_tokens.weight", {config_.vocab_size, c});
   const Rotary rotary(config_.head_dim, config_.rope_theta, config_.max_positions);
   for (std::int32_t l = 0; l < config_.layers; ++l)
-    blocks_.emplace_back(weights, prefix + "layers." + std::to_string(l) + ".", config_, rotary, l);
+    blocks_.emplace_back(weights, prefix + "layers." + std::to_string(l) + ".", config_, rotary, l,
+                         compute);
   norm_ = {weights.get_f32(prefix + "norm.weight", {c}), config_.rms_norm_eps};
   if (config_.tie_word_embeddings) {
-    head_ = Linear(embed_tokens_.table);
+    head_ = Linear(embed_tokens_.table, {}, {.compute = compute});
   } else {
     // A separate head: tie_word_embeddings is false or absent (LlamaConfig's default).
     if (!weights.contains("lm_head.weight"))
       throw ConfigError((dir / "config.json").string() +
                         ": key 'tie_word_embeddings': false, but " + weights.path().string() +
                         " has no tensor 'lm_head.weight'");
-    head_ = Linear(weights.get_f32("lm_head.weight", {config_.vocab_size, c}));
+    head_ = Linear(weights.get_f32("lm_head.weight", {config_.vocab_size, c}), {},
+                   {.compute = compute});
   }
 
   info_.architecture = "llama";

@@ -37,7 +37,7 @@ struct AttentionTarget {
 class Block {
  public:
   Block(const SafeTensors& weights, const std::string& prefix, const LlamaConfig& config,
-        const Rotary& rotary, std::int32_t index);
+        const Rotary& rotary, std::int32_t index, DType compute);
   // x [rows, hidden] in, updated in place; ws.positions holds one position per row.
   void forward(Tensor& x, Workspace& ws, const AttentionTarget& target) const;
 
@@ -57,7 +57,8 @@ class Block {
 
 class LlamaModel final : public Model {
  public:
-  explicit LlamaModel(const std::filesystem::path& dir);
+  // compute: the matmuls' type, f32, bf16 or i8 (LinearOptions::compute).
+  explicit LlamaModel(const std::filesystem::path& dir, DType compute = DType::f32);
 
   const ModelInfo& info() const override { return info_; }
   ForwardResult forward(const Batch& batch) const override;

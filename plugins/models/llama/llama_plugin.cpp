@@ -1,11 +1,13 @@
 // Model plugin `llama`: Hugging Face Llama folders (LlamaForCausalLM / LlamaModel checkpoints).
 #include "llama_model.hpp"
 #include "masque/params.hpp"
+#include "matmul_dtype.hpp"
 
 namespace {
 
 masque::Plugin* create(const masque::Params& params) {
-  return new masque::llama::LlamaModel(params.get_string("path"));
+  return new masque::llama::LlamaModel(params.get_string("path"),
+                                       masque::models::matmul_dtype(params));
 }
 
 const masque::ParamSpec kParams[] = {
@@ -15,6 +17,7 @@ const masque::ParamSpec kParams[] = {
              "and its shards); generation_config.json, when present, overrides bos/eos/pad; "
              "of an id list (eos_token_id) the first id is the model's",
      .flags = masque::kParamRequired},
+    masque::models::kMatmulDtypeParam,
 };
 
 const masque::PluginDescriptor* descriptor() {

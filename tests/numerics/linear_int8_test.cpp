@@ -1,0 +1,182 @@
+// Linear with int8 matmuls (LinearOptions::compute = DType::i8): the documented quantization,
+// computed exactly, and row results that do not depend on the batch or the thread count.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "masque/error.hpp"
+#include "masque/layers.hpp"
+#include "masque/threading.hpp"
+#include "reference.hpp"
+
+using namespace masque;
+using masque::test::random_tensor;
+using masque::test::relative_error;
+
+namespace {
+
+// The symmetric scale and int8 values of n floats, as LinearOptions::compute documents it:
+// scale = max |x| / 127, q = round-half-even(x * (1 / scale)).
+float scale_of(const float* x, std::int64_t n) {
+  float amax = 0.0f;
+  for (std::int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  return amax / 127.0f;
+}
+
+std::vector<int> quantize(const float* x, std::int64_t n, float scale) {
+  std::vector<int> q(n, 0);
+  if (scale == 0.0f) return q;
+  const float inverse = 1.0f / scale;
+  for (std::int64_t i = 0; i < n; ++i)
+    q[i] = static_cast<int>(std::clamp(std::nearbyint(x[i] * inverse), -127.0f, 127.0f));
+  return q;
+}
+
+double act(Activation a, double x) {
+  if (a == Activation::gelu_tanh)
+    return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+  if (a == Activation::silu) return x / (1.0 + std::exp(-x));
+  return x;
+}
+
+// act(sum_k qx qw * sw * sx + b), the int8 product in exact integers, the rest in double.
+std::vector<double> reference_int8(const Tensor& x, const Tensor& w_out_in, const Tensor& bias,
+                                   Activation a) {
+  const std::int64_t in = w_out_in.dim(1), out = w_out_in.dim(0), rows = x.numel() / in;
+  std::vector<float> sw(out);
+  std::vector<std::vector<int>> qw(out);
+  for (std::int64_t o = 0; o < out; ++o) {
+    sw[o] = scale_of(w_out_in.f32() + o * in, in);
+    qw[o] = quantize(w_out_in.f32() + o * in, in, sw[o]);
+  }
+  std::vector<double> y;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float sx = scale_of(x.f32() + r * in, in);
+    const auto qx = quantize(x.f32() + r * in, in, sx);
+    for (std::int64_t o = 0; o < out; ++o) {
+      std::int64_t acc = 0;
+      for (std::int64_t i = 0; i < in; ++i) acc += qx[i] * qw[o][i];
+      const double b = bias.empty() ? 0.0 : bias.f32()[o];
+      y.push_back(act(a, static_cast<double>(acc) * sw[o] * sx + b));
+    }
+  }
+  return y;
+}
+
+// y = x W^T + b in double, for the quantization error.
+std::vector<double> reference_f64(const Tensor& x, const Tensor& w_out_in, const Tensor& bias) {
+  const std::int64_t in = w_out_in.dim(1), out = w_out_in.dim(0), rows = x.numel() / in;
+  std::vector<double> y;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t o = 0; o < out; ++o) {
+      double s = bias.empty() ? 0.0 : bias.f32()[o];
+      for (std::int64_t i = 0; i < in; ++i)
+        s += static_cast<double>(x.f32()[r * in + i]) * w_out_in.f32()[o * in + i];
+      y.push_back(s);
+    }
+  return y;
+}
+
+Tensor transpose(const Tensor& w) {
+  Tensor t({w.dim(1), w.dim(0)});
+  for (std::int64_t r = 0; r < w.dim(0); ++r)
+    for (std::int64_t c = 0; c < w.dim(1); ++c)
+      t.f32()[c * w.dim(0) + r] = w.f32()[r * w.dim(1) + c];
+  return t;
+}
+
+Tensor rows_of(const Tensor& x, std::int64_t begin, std::int64_t count) {
+  const std::int64_t in = x.dim(1);
+  Tensor part({count, in});
+  std::memcpy(part.f32(), x.f32() + begin * in, count * in * sizeof(float));
+  return part;
+}
+
+constexpr double kTol = 1e-5;  // f32 scaling and activation after an exact integer product
+
+}  // namespace
+
+TEST_CASE("int8 Linear computes the documented quantization exactly", "[numerics][linear][int8]") {
+  const std::int64_t in = 200, out = 72;  // in: not a multiple of the kernels' blocks
+  Tensor w = random_tensor({out, in}, 71, 0.2f), b = random_tensor({out}, 72);
+  for (Activation a : {Activation::none, Activation::gelu_tanh, Activation::silu}) {
+    const Linear linear(w, b, {.activation = a, .compute = DType::i8});
+    const Linear conv1d(transpose(w), b,
+                        {.activation = a, .layout = WeightLayout::in_out, .compute = DType::i8});
+    const Linear no_bias(w, Tensor(), {.activation = a, .compute = DType::i8});
+    CHECK(linear.compute() == DType::i8);
+    for (std::int64_t rows : {1, 5, 64, 131}) {
+      INFO("activation " << to_string(a) << ", rows " << rows);
+      Tensor x = random_tensor({rows, in}, 73 + static_cast<std::uint32_t>(rows)), y;
+      const auto want = reference_int8(x, w, b, a);
+      linear.forward(x, y);
+      REQUIRE(y.shape() == Shape{rows, out});
+      CHECK(relative_error(y, want) <= kTol);
+      conv1d.forward(x, y);
+      CHECK(relative_error(y, want) <= kTol);
+      no_bias.forward(x, y);
+      CHECK(relative_error(y, reference_int8(x, w, Tensor(), a)) <= kTol);
+    }
+  }
+}
+
+TEST_CASE("int8 Linear stays within the quantization error of the f32 product",
+          "[numerics][linear][int8]") {
+  // Per-row and per-feature scales: each product term is off by at most half a step of each
+  // factor, which for random data gives about 1% of the output's magnitude.
+  Tensor w = random_tensor({256, 768}, 81, 0.05f), b = random_tensor({256}, 82);
+  Tensor x = random_tensor({16, 768}, 83), y;
+  Linear(w, b, {.compute = DType::i8}).forward(x, y);
+  const double error = relative_error(y, reference_f64(x, w, b));
+  CHECK(error > 0.0);
+  CHECK(error <= 1e-2);
+}
+
+TEST_CASE("int8 Linear gives a row the same bits in any batch and with two threads",
+          "[numerics][linear][int8][threads]") {
+  // Large enough for two threads and for oneDNN to block the product differently per row count.
+  const std::int64_t in = 768, out = 1024, rows = 300;
+  Tensor w = random_tensor({out, in}, 91, 0.05f), b = random_tensor({out}, 92);
+  const Linear linear(w, b, {.activation = Activation::gelu_tanh, .compute = DType::i8});
+  Tensor x = random_tensor({rows, in}, 93), all;
+  linear.forward(x, all);
+  for (int threads : {1, 2}) {
+    ThreadScope scope(threads);
+    Tensor again;
+    linear.forward(x, again);
+    CHECK(std::memcmp(again.f32(), all.f32(), all.bytes()) == 0);
+    for (std::int64_t begin : {0L, 7L, 299L}) {
+      for (std::int64_t count : {1L, 2L}) {
+        if (begin + count > rows) continue;
+        INFO("threads " << threads << ", rows " << begin << " + " << count);
+        Tensor y;
+        linear.forward(rows_of(x, begin, count), y);
+        CHECK(std::memcmp(y.f32(), all.f32() + begin * out, y.bytes()) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("int8 Linear: zero rows give the bias, non-finite rows give NaN rows",
+          "[numerics][linear][int8]") {
+  Tensor w = random_tensor({8, 32}, 101), b = random_tensor({8}, 102);
+  const Linear linear(w, b, {.compute = DType::i8});
+  Tensor x({3, 32}), y;
+  std::fill(x.f32(), x.f32() + x.numel(), 0.5f);
+  std::fill(x.f32(), x.f32() + 32, 0.0f);                    // row 0: zeros
+  x.f32()[32 + 5] = std::numeric_limits<float>::infinity();  // row 1: an infinity
+  linear.forward(x, y);
+  for (int o = 0; o < 8; ++o) {
+    CHECK(y.f32()[o] == b.f32()[o]);
+    CHECK(std::isnan(y.f32()[8 + o]));
+    CHECK(std::isfinite(y.f32()[16 + o]));
+  }
+  Tensor bad = random_tensor({8, 32}, 103);
+  bad.f32()[3] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THROWS_AS(Linear(bad, Tensor(), {.compute = DType::i8}), RuntimeError);
+}
