@@ -47,7 +47,8 @@ boost::dll::shared_library open_plugin() {
   return boost::dll::shared_library((plugin_dir() / "libmasque-model-encoder-decoder.so").string());
 }
 
-LoadedModel load_model(const boost::dll::shared_library& library, const fs::path& folder) {
+LoadedModel load_model(const boost::dll::shared_library& library, const fs::path& folder,
+                       const std::map<std::string, ParamValue>& overrides) {
   LoadedModel loaded;
   loaded.library = library;
   const PluginDescriptor* d =
@@ -55,9 +56,17 @@ LoadedModel load_model(const boost::dll::shared_library& library, const fs::path
   Params params;
   for (std::uint32_t i = 0; i < d->num_params; ++i) {
     const ParamSpec& spec = d->params[i];
-    params.set(spec.name, std::string(spec.name) == "path" ? ParamValue(folder.string())
-                                                           : default_value(spec));
+    const auto given = overrides.find(spec.name);
+    if (std::string(spec.name) == "path")
+      params.set(spec.name, folder.string());
+    else if (given != overrides.end())
+      params.set(spec.name, given->second);
+    else
+      params.set(spec.name, default_value(spec));
   }
+  for (const auto& [name, value] : overrides)
+    if (!params.has(name))
+      throw std::runtime_error("the encoder-decoder plugin has no parameter " + name);
   std::unique_ptr<Plugin> plugin(d->create(params));
   auto* model = dynamic_cast<Model*>(plugin.get());
   if (!model) throw std::runtime_error("the encoder-decoder plugin did not create a Model");

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "masque/model.hpp"
+#include "masque/params.hpp"
 #include "masque/tensor.hpp"
 
 namespace masque::test::encdec {
@@ -31,11 +32,13 @@ struct LoadedModel {
 };
 // libmasque-model-encoder-decoder.so from the build's plugin directory.
 boost::dll::shared_library open_plugin();
-// Creates the model of `folder` with every declared parameter set (path = folder, the others
-// their defaults). Errors thrown by the plugin must be handled while `library` (or another
-// handle of it) is still loaded: their code lives in the plugin.
+// Creates the model of `folder` with every declared parameter set (path = folder, those in
+// `overrides` as given, the others their defaults). Errors thrown by the plugin must be
+// handled while `library` (or another handle of it) is still loaded: their code lives in the
+// plugin.
 LoadedModel load_model(const boost::dll::shared_library& library,
-                       const std::filesystem::path& folder = model_dir());
+                       const std::filesystem::path& folder = model_dir(),
+                       const std::map<std::string, ParamValue>& overrides = {});
 inline LoadedModel load_model(const std::filesystem::path& folder = model_dir()) {
   return load_model(open_plugin(), folder);
 }

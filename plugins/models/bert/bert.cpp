@@ -3,6 +3,7 @@
 #include "bert_model.hpp"
 #include "masque/params.hpp"
 #include "masque/plugin.hpp"
+#include "matmul_dtype.hpp"
 
 namespace {
 
@@ -10,6 +11,7 @@ masque::Plugin* create(const masque::Params& params) {
   return new masque::bert::BertModel({
       .path = params.get_string("path"),
       .mlm_head = params.get_bool("mlm_head"),
+      .compute = masque::models::matmul_dtype(params),
   });
 }
 
@@ -25,6 +27,7 @@ const masque::ParamSpec kParams[] = {
      .default_value = "true",
      .help = "load the masked-LM head (cls.predictions) and compute logits; false loads the "
              "encoder only (e.g. a BertModel checkpoint) for hidden states"},
+    masque::models::kMatmulDtypeParam,
 };
 
 const masque::PluginDescriptor* descriptor() {

@@ -85,7 +85,8 @@ void WorkspacePool::release(std::unique_ptr<Workspace> ws) const {
 
 Encoder load_encoder(const BertOptions& options) {
   const BertConfig config = load_config(options.path);
-  return Encoder(config, load_weights(open_checkpoint(options.path), config, options.mlm_head));
+  return Encoder(config, load_weights(open_checkpoint(options.path), config, options.mlm_head,
+                                      options.compute));
 }
 
 BertModel::BertModel(const BertOptions& options)

@@ -44,6 +44,7 @@ class WorkspacePool {
 struct BertOptions {
   std::filesystem::path path;  // the model folder
   bool mlm_head = true;        // load cls.predictions (false: hidden states only)
+  DType compute = DType::f32;  // every Linear's matmul type, f32, bf16 or i8 (LinearOptions)
 };
 
 class BertModel final : public Model {

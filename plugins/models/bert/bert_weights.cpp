@@ -55,7 +55,8 @@ Embeddings load_embeddings(const TensorReader& r, const BertConfig& c) {
   return e;
 }
 
-EncoderLayer load_layer(const TensorReader& r, const BertConfig& c, std::int32_t index) {
+EncoderLayer load_layer(const TensorReader& r, const BertConfig& c, std::int32_t index,
+                        DType compute) {
   const std::string p = "encoder.layer." + std::to_string(index) + ".";
   const std::int64_t h = c.hidden_size, inter = c.intermediate_size;
   auto weight = [&](const std::string& name, std::int64_t out, std::int64_t in) {
@@ -68,14 +69,15 @@ EncoderLayer load_layer(const TensorReader& r, const BertConfig& c, std::int32_t
                           weight("attention.self.value", h, h)};
   const Tensor qkv_b[] = {bias("attention.self.query", h), bias("attention.self.key", h),
                           bias("attention.self.value", h)};
+  const LinearOptions plain{.compute = compute};
   EncoderLayer l;
-  l.qkv = Linear::concat(qkv_w, qkv_b);
+  l.qkv = Linear::concat(qkv_w, qkv_b, plain);
   l.attention_output =
-      Linear(weight("attention.output.dense", h, h), bias("attention.output.dense", h));
+      Linear(weight("attention.output.dense", h, h), bias("attention.output.dense", h), plain);
   l.attention_norm = load_norm(r, p + "attention.output.LayerNorm", c.layer_norm_eps);
   l.intermediate = Linear(weight("intermediate.dense", inter, h), bias("intermediate.dense", inter),
-                          {.activation = c.hidden_act});
-  l.output = Linear(weight("output.dense", h, inter), bias("output.dense", h));
+                          {.activation = c.hidden_act, .compute = compute});
+  l.output = Linear(weight("output.dense", h, inter), bias("output.dense", h), plain);
   l.output_norm = load_norm(r, p + "output.LayerNorm", c.layer_norm_eps);
   return l;
 }
@@ -83,24 +85,28 @@ EncoderLayer load_layer(const TensorReader& r, const BertConfig& c, std::int32_t
 // The decoder weight is the word embedding matrix when tied (HF's default: a stored
 // cls.predictions.decoder.weight is then overwritten by the tie); its bias is cls.predictions.bias
 // (older checkpoints also store it as cls.predictions.decoder.bias).
-Linear load_decoder(const TensorReader& r, const BertConfig& c, const Tensor& word_embeddings) {
+Linear load_decoder(const TensorReader& r, const BertConfig& c, const Tensor& word_embeddings,
+                    DType compute) {
   const Shape vocab{c.vocab_size};
   const Tensor bias =
       r.has_head("cls.predictions.bias") || !r.has_head("cls.predictions.decoder.bias")
           ? r.head("cls.predictions.bias", vocab)
           : r.head("cls.predictions.decoder.bias", vocab);
-  if (c.tie_word_embeddings) return Linear(word_embeddings, bias);
-  return Linear(r.head("cls.predictions.decoder.weight", {c.vocab_size, c.hidden_size}), bias);
+  const LinearOptions options{.compute = compute};
+  if (c.tie_word_embeddings) return Linear(word_embeddings, bias, options);
+  return Linear(r.head("cls.predictions.decoder.weight", {c.vocab_size, c.hidden_size}), bias,
+                options);
 }
 
-MlmHead load_head(const TensorReader& r, const BertConfig& c, const Tensor& word_embeddings) {
+MlmHead load_head(const TensorReader& r, const BertConfig& c, const Tensor& word_embeddings,
+                  DType compute) {
   const std::int64_t h = c.hidden_size;
   MlmHead head;
-  head.transform =
-      Linear(r.head("cls.predictions.transform.dense.weight", {h, h}),
-             r.head("cls.predictions.transform.dense.bias", {h}), {.activation = c.hidden_act});
+  head.transform = Linear(r.head("cls.predictions.transform.dense.weight", {h, h}),
+                          r.head("cls.predictions.transform.dense.bias", {h}),
+                          {.activation = c.hidden_act, .compute = compute});
   head.norm = load_norm(r, "cls.predictions.transform.LayerNorm", c.layer_norm_eps, true);
-  head.decoder = load_decoder(r, c, word_embeddings);
+  head.decoder = load_decoder(r, c, word_embeddings, compute);
   return head;
 }
 
@@ -112,13 +118,14 @@ SafeTensors open_checkpoint(const std::filesystem::path& folder) {
   return SafeTensors::open(folder);  // reports what is missing
 }
 
-BertWeights load_weights(const SafeTensors& checkpoint, const BertConfig& config, bool mlm_head) {
+BertWeights load_weights(const SafeTensors& checkpoint, const BertConfig& config, bool mlm_head,
+                         DType compute) {
   const TensorReader reader(checkpoint, config);
   BertWeights w;
   w.embeddings = load_embeddings(reader, config);
   for (std::int32_t i = 0; i < config.num_layers; ++i)
-    w.layers.push_back(load_layer(reader, config, i));
-  if (mlm_head) w.head = load_head(reader, config, w.embeddings.words.table);
+    w.layers.push_back(load_layer(reader, config, i, compute));
+  if (mlm_head) w.head = load_head(reader, config, w.embeddings.words.table, compute);
   return w;
 }
 

@@ -45,7 +45,8 @@ SafeTensors open_checkpoint(const std::filesystem::path& folder);
 
 // Loads every tensor with its expected shape. Names are accepted with and without the `bert.`
 // prefix (BertForMaskedLM vs BertModel); missing tensors and wrong shapes are ConfigErrors
-// naming the file and the tensor.
-BertWeights load_weights(const SafeTensors& checkpoint, const BertConfig& config, bool mlm_head);
+// naming the file and the tensor. Every Linear, the head's included, computes in `compute`.
+BertWeights load_weights(const SafeTensors& checkpoint, const BertConfig& config, bool mlm_head,
+                         DType compute = DType::f32);
 
 }  // namespace masque::bert

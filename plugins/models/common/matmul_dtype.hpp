@@ -21,7 +21,8 @@ inline constexpr ParamSpec kMatmulDtypeParam{
         "differ from f32 by ~1e-2); int8 for a quarter of the weight memory and AMX / VNNI "
         "int8 speed: weights quantized per output feature at load, each input row per call "
         "with its own scale (results still independent of the batch), about 2 significant "
-        "digits (per-token NLL differs from f32 by ~1%)",
+        "digits (stories260k's NLL moves by up to 0.03 nats per token; a small "
+        "transliteration model changes 10% of its greedy outputs: check on your data)",
     .choices = "f32|bf16|int8"};
 
 inline DType matmul_dtype(const Params& params) {

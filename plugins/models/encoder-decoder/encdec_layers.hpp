@@ -2,7 +2,8 @@
 // residual blocks, encoder and decoder layers), bound to their weights at load time.
 //
 // Activations live in a Workspace that the caller owns: one per encoder run, one per decoding
-// state, so that steps reuse their buffers and never allocate once warm.
+// state, so that steps reuse their buffers and never allocate once warm. Every Linear computes
+// in the `compute` type its layer was built with (LinearOptions::compute).
 #pragma once
 
 #include <cstdint>
@@ -53,7 +54,8 @@ class ResidualBlock {
 class SelfAttention {
  public:
   SelfAttention() = default;
-  SelfAttention(const Checkpoint& w, const std::string& prefix, const EncDecConfig& c);
+  SelfAttention(const Checkpoint& w, const std::string& prefix, const EncDecConfig& c,
+                DType compute = DType::f32);
 
   // Every token of a batch of `length`-token rows under `mask` (the encoder).
   void forward(const Tensor& h, const MaskView& mask, std::int32_t length, Workspace& ws,
@@ -72,7 +74,8 @@ class SelfAttention {
 class CrossAttention {
  public:
   CrossAttention() = default;
-  CrossAttention(const Checkpoint& w, const std::string& prefix, const EncDecConfig& c);
+  CrossAttention(const Checkpoint& w, const std::string& prefix, const EncDecConfig& c,
+                 DType compute = DType::f32);
 
   // Projects the memory (rows of `length` tokens) and stores k, v as the cache's cross
   // memory of `layer` (after cache.set_source). `scratch` holds the projection.
@@ -92,7 +95,8 @@ class CrossAttention {
 class FeedForward {
  public:
   FeedForward() = default;
-  FeedForward(const Checkpoint& w, const std::string& prefix, const EncDecConfig& c);
+  FeedForward(const Checkpoint& w, const std::string& prefix, const EncDecConfig& c,
+              DType compute = DType::f32);
   void forward(const Tensor& h, Workspace& ws, Tensor& y) const;
 
  private:
@@ -101,7 +105,8 @@ class FeedForward {
 
 class EncoderLayer {
  public:
-  EncoderLayer(const Checkpoint& w, const std::string& prefix, const EncDecConfig& c);
+  EncoderLayer(const Checkpoint& w, const std::string& prefix, const EncDecConfig& c,
+               DType compute = DType::f32);
   // ws.x: rows of `length` tokens, attending under `mask`.
   void forward(Workspace& ws, const MaskView& mask, std::int32_t length) const;
 
@@ -113,7 +118,8 @@ class EncoderLayer {
 
 class DecoderLayer {
  public:
-  DecoderLayer(const Checkpoint& w, const std::string& prefix, const EncDecConfig& c);
+  DecoderLayer(const Checkpoint& w, const std::string& prefix, const EncDecConfig& c,
+               DType compute = DType::f32);
   const CrossAttention& cross_attention() const { return cross_; }
   // ws.x: one token per row of `cache` (within its begin_step / end).
   void step(Workspace& ws, KvCache& cache, std::int32_t layer) const;

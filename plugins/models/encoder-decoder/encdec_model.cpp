@@ -58,7 +58,7 @@ void check_source(const Batch& batch) {
 
 }  // namespace
 
-EncoderDecoderModel::EncoderDecoderModel(const std::filesystem::path& path)
+EncoderDecoderModel::EncoderDecoderModel(const std::filesystem::path& path, DType compute)
     : config_(EncDecConfig::load(path)) {
   // Packing a weight is one OpenMP region; with tiny weights, fork/join (and waiting for a busy
   // second core) costs far more than the copy: ~0.5 s of the aren model's load with 2 threads.
@@ -71,14 +71,14 @@ EncoderDecoderModel::EncoderDecoderModel(const std::filesystem::path& path)
                           ? source_positions_
                           : position_table(w, c, "decoder");
   for (std::int32_t l = 0; l < c.encoder_layers; ++l)
-    encoder_.emplace_back(w, layer_prefix("encoder", l), c);
+    encoder_.emplace_back(w, layer_prefix("encoder", l), c, compute);
   for (std::int32_t l = 0; l < c.decoder_layers; ++l)
-    decoder_.emplace_back(w, layer_prefix("decoder", l), c);
+    decoder_.emplace_back(w, layer_prefix("decoder", l), c, compute);
   if (c.encoder_final_norm)
     encoder_norm_ = w.layer_norm("encoder.layer_norm", c.d_model, c.layer_norm_eps);
   if (c.decoder_final_norm)
     decoder_norm_ = w.layer_norm("decoder.layer_norm", c.d_model, c.layer_norm_eps);
-  load_output(w);
+  load_output(w, compute);
 
   info_.architecture = "encoder-decoder";
   info_.kind = ModelKind::encoder_decoder;
@@ -104,7 +104,7 @@ void EncoderDecoderModel::load_embeddings(const Checkpoint& w) {
                    c.embedding_scale);
 }
 
-void EncoderDecoderModel::load_output(const Checkpoint& w) {
+void EncoderDecoderModel::load_output(const Checkpoint& w, DType compute) {
   const EncDecConfig& c = config_;
   Tensor bias;
   if (c.output_bias) {
@@ -115,7 +115,7 @@ void EncoderDecoderModel::load_output(const Checkpoint& w) {
   }
   // Tied: the unscaled target embeddings.
   const std::string weight = c.tie_output ? target_table(w, c) : "lm_head.weight";
-  output_ = Linear(w.matrix(weight, c.target_vocab, c.d_model), bias);
+  output_ = Linear(w.matrix(weight, c.target_vocab, c.d_model), bias, {.compute = compute});
 }
 
 ForwardResult EncoderDecoderModel::forward(const Batch&) const {

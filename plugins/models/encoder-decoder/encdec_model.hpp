@@ -42,7 +42,8 @@ class DecoderState final : public DecodeState {
 
 class EncoderDecoderModel final : public Model {
  public:
-  explicit EncoderDecoderModel(const std::filesystem::path& path);
+  // compute: the matmuls' type, f32, bf16 or i8 (LinearOptions::compute).
+  explicit EncoderDecoderModel(const std::filesystem::path& path, DType compute = DType::f32);
 
   const ModelInfo& info() const override { return info_; }
   // Throws ConfigError: an encoder-decoder runs through start() and step().
@@ -52,7 +53,7 @@ class EncoderDecoderModel final : public Model {
 
  private:
   void load_embeddings(const Checkpoint& w);
-  void load_output(const Checkpoint& w);
+  void load_output(const Checkpoint& w, DType compute);
   // The memory of the source batch, in ws.x.
   void encode(const Batch& batch, Workspace& ws) const;
   // Projects the memory into a new state's cross-attention cache.

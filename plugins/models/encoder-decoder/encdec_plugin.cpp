@@ -3,11 +3,13 @@
 #include "encdec_model.hpp"
 #include "masque/params.hpp"
 #include "masque/plugin.hpp"
+#include "matmul_dtype.hpp"
 
 namespace {
 
 masque::Plugin* create(const masque::Params& params) {
-  return new masque::encdec::EncoderDecoderModel(params.get_string("path"));
+  return new masque::encdec::EncoderDecoderModel(params.get_string("path"),
+                                                 masque::models::matmul_dtype(params));
 }
 
 const masque::ParamSpec kParams[] = {
@@ -18,6 +20,7 @@ const masque::ParamSpec kParams[] = {
              "model.safetensors.index.json) with Hugging Face BART-style tensor names "
              "(encoder.layers.N.self_attn.q_proj.weight, ..., lm_head.weight)",
      .flags = masque::kParamRequired},
+    masque::models::kMatmulDtypeParam,
 };
 
 const masque::PluginDescriptor* descriptor() {
