@@ -56,7 +56,7 @@ constexpr std::int64_t kPackRows = 64;
 // Fewer rows than this: a memory-bound product, which one thread serves best unless its
 // weights are large enough that a second core's memory bandwidth outweighs waking it.
 constexpr std::int64_t kParallelMinRows = 16;
-constexpr double kParallelMinWeightBytes = 2 << 20;
+constexpr double kParallelMinWeightBytes = 1 << 19;
 // Primitives kept per layer; beyond this the cache starts afresh (row counts are usually few).
 constexpr std::size_t kMaxCachedPrimitives = 256;
 // The deepest bf16 product whose result oneDNN 2.6 computes the same way for every row count
