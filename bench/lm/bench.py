@@ -140,8 +140,19 @@ def run_torch(a, model, task, ids, threads, reps, extra=(), peer="tuned"):
     return json.loads(out), f"{settings} {' '.join(cmd)}"
 
 
+DTYPES = ("f32", "bf16", "int8")
+
+
 def peers_for(dtype):
-    return PEERS if dtype == "f32" else ("tuned",)  # the plain code has no bf16 linears
+    # The plain code has no bf16 linears. int8 runs on both: PyTorch's dynamic quantization
+    # (torch_lm.py --dtype int8), plain on the default quantized engine, tuned on the faster
+    # engine per layer and row count.
+    return ("tuned",) if dtype == "bf16" else PEERS
+
+
+def engines(t):
+    """The int8 engines the PyTorch side ran (row bucket -> {engine: linears}), if any."""
+    return {"int8_engines": t["int8_engines"]} if "int8_engines" in t else {}
 
 
 def loadavg():
@@ -188,7 +199,7 @@ def bench_score(a, model, results):
                                     "config": peer, "dtype": dtype,
                                     "batch_seconds": median(t["seconds"]), "nll": t["nll"],
                                     "load_seconds": t["load_seconds"], "load": loadavg(),
-                                    "cmd": cmd})
+                                    "cmd": cmd, **engines(t)})
 
 
 def dtype_options(dtype):
@@ -232,7 +243,7 @@ def bench_generate(a, model, results):
                                     "ms_per_token": 1e3 * median(t["seconds"]) / NEW_TOKENS,
                                     "tokens": t["generated"][0],
                                     "load_seconds": t["load_seconds"], "load": loadavg(),
-                                    "cmd": cmd})
+                                    "cmd": cmd, **engines(t)})
 
 
 def bench_load(a, results):
@@ -386,6 +397,26 @@ def table_corpus(results):
     return "\n".join(lines)
 
 
+def int8_note(results, bench):
+    """Under a table with int8 rows: how PyTorch's int8 differs from masque's, and the engines
+    its peers ran (per row count: engine x number of linears, from the last run of each)."""
+    runs = []
+    for peer in PEERS:
+        for threads in (1, 2):
+            rows = select(results, bench=bench, side="torch", config=peer, threads=threads,
+                          dtype="int8")
+            if rows and "int8_engines" in rows[-1]:
+                buckets = sorted(rows[-1]["int8_engines"].items(), key=lambda i: int(i[0]))
+                per_rows = "; ".join(f"{n} row{'s' if n != '1' else ''}: " +
+                                     ", ".join(f"{e} x{c}" for e, c in sorted(counts.items()))
+                                     for n, counts in buckets)
+                runs.append(f"{peer}, {threads} thread{'s' if threads > 1 else ''}: {per_rows}")
+    return ("\nint8: PyTorch quantizes each product's input per tensor (uint8 with a zero point), "
+            "masque per row (symmetric int8), so NLLs and tokens agree only approximately. "
+            "PyTorch's engines (rows per product: engine x linears): " +
+            (" | ".join(runs) if runs else "not recorded") + ".")
+
+
 def torch_blas(a):
     if a.openblas:
         return f"OpenBLAS from {a.openblas}"
@@ -405,7 +436,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--only", default="score,generate,corpus")
-    ap.add_argument("--dtypes", default="f32", help="matmul types to run: f32[,bf16]")
+    ap.add_argument("--dtypes", default="f32",
+                    help="matmul types to run, comma-separated: f32, bf16, int8 (masque "
+                         "model.matmul_dtype, torch_lm.py --dtype)")
     ap.add_argument("--openblas", default="",
                     help="directory with OpenBLAS's libblas.so.3 for PyTorch (else the system BLAS)")
     ap.add_argument("--report", action="store_true",
@@ -414,6 +447,9 @@ def main():
     a.scratch = os.path.abspath(a.scratch)
     a.openblas = os.path.abspath(a.openblas) if a.openblas else ""
     a.dtypes = a.dtypes.split(",")
+    for dtype in a.dtypes:
+        if dtype not in DTYPES:
+            ap.error(f"--dtypes: {dtype!r} is not one of {', '.join(DTYPES)}")
     parts = a.only.split(",")
     path = os.path.join(a.scratch, "results.json")
     if a.report:
@@ -451,10 +487,14 @@ def report(results, header, parts, dtypes):
     if "score" in parts:
         print(f"\n### Scoring, GPT-2-small, batch {SCORE_RECORDS} x {SCORE_LENGTH} ids\n")
         print(table_score(results, dtypes))
+        if "int8" in dtypes:
+            print(int8_note(results, "score"))
     if "generate" in parts:
         print(f"\n### Generation, GPT-2-small, batch 1, {PROMPT_LENGTH}-token prompt, "
               f"{NEW_TOKENS} new tokens (greedy, KV cache)\n")
         print(table_generate(results, dtypes))
+        if "int8" in dtypes:
+            print(int8_note(results, "generate"))
     if "corpus" in parts:
         print("\n### lm-score records/s (issue 8)\n")
         print(table_corpus(results))

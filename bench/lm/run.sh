@@ -7,7 +7,7 @@
 # Environment:
 #   ROUNDS=3     rounds; each round runs masque then PyTorch for every configuration
 #   REPS=4       repetitions of the work inside one process (batches scored, prompts continued)
-#   DTYPES=f32,bf16   matmul types to measure (masque model.matmul_dtype, PyTorch --dtype)
+#   DTYPES=f32,bf16,int8   matmul types to measure (masque model.matmul_dtype, PyTorch --dtype)
 #   ONLY=score,generate,corpus   which benchmarks
 #   SCRATCH=bench/out/lm   where the generated model, inputs and raw results go (not committed)
 #   OPENBLAS_DIR   a directory holding OpenBLAS's libblas.so.3, which PyTorch then runs on;
@@ -31,4 +31,4 @@ fi
 
 exec /usr/bin/python3 "$root/bench/lm/bench.py" --build "$build" "$@" \
   --scratch "${SCRATCH:-$root/bench/out/lm}" --rounds "${ROUNDS:-3}" --reps "${REPS:-4}" \
-  --dtypes "${DTYPES:-f32,bf16}" --only "${ONLY:-score,generate,corpus}"
+  --dtypes "${DTYPES:-f32,bf16,int8}" --only "${ONLY:-score,generate,corpus}"

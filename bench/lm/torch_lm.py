@@ -32,6 +32,20 @@ straightforward code (F.linear and torch.matmul everywhere).
 --dtype bf16 (tuned backend only) runs every linear in bfloat16 (weights stored as bf16, inputs
 rounded per call, float32 activations elsewhere), as masque's model.matmul_dtype=bf16 does;
 oneDNN then uses AMX where the CPU has it.
+--dtype int8 runs every linear (the tied head too) through PyTorch's dynamic int8 quantization,
+as close to masque's model.matmul_dtype=int8 as PyTorch allows: weights quantized once at load
+per output channel, symmetric (torch.quantize_per_channel, axis 0, qint8, scale max|row|/127,
+zero point 0, rounded half to even), packed with quantized.linear_prepack with the float bias;
+each call runs quantized.linear_dynamic, which quantizes the input per tensor (one scale for all
+rows), asymmetric uint8 with a zero point, over the full 8-bit range (reduce_range=False; masque
+uses one symmetric int8 scale per row, which PyTorch does not offer), accumulates in int32 and
+returns float32 with the bias added. GELU, layer norms, attention, softmax and the embeddings
+stay float32. The tuned backend packs each weight for every quantized engine of this build
+(oneDNN, QNNPACK) and runs each product on whichever was faster the first time the layer saw
+about that many rows (here QNNPACK the layers' one-row products; oneDNN the rest, with AMX
+kernels from 8 rows); plain runs the default engine (torch.backends.quantized.engine untouched:
+onednn on Debian's 1.13, which has no fbgemm). The output line then says which engine each row
+bucket got.
 """
 import argparse
 import json
@@ -103,13 +117,89 @@ def row_bucket(rows):
     return 1 << (rows - 1).bit_length()
 
 
+# ---- int8 products ---------------------------------------------------------------------------
+
+def int8_engines():
+    """The quantized engines of this build that can run linear_dynamic, the default one first
+    (1.13 on Debian: onednn, then qnnpack; no fbgemm)."""
+    engines = [e for e in torch.backends.quantized.supported_engines if e != "none"]
+    return sorted(engines, key=lambda e: e != torch.backends.quantized.engine)
+
+
+def quantize_weight(w_out_in):
+    """W [out, in] as qint8, one symmetric scale per output channel (max|row| / 127, zero point
+    0; an all-zero row gets scale 1): values round half to even into -127..127."""
+    scale = w_out_in.abs().amax(dim=1).double() / 127
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    zero = torch.zeros(w_out_in.shape[0], dtype=torch.long)
+    return torch.quantize_per_channel(w_out_in, scale, zero, 0, torch.qint8)
+
+
+def prepack_int8(q, bias, engine=None):
+    """quantized.linear_prepack packs for the current engine (the packed weight then runs on it
+    whatever the engine is at call time); `engine` None keeps the current one."""
+    if engine is None:
+        return torch.ops.quantized.linear_prepack(q, bias)
+    previous = torch.backends.quantized.engine
+    torch.backends.quantized.engine = engine
+    try:
+        return torch.ops.quantized.linear_prepack(q, bias)
+    finally:
+        torch.backends.quantized.engine = previous
+
+
+def fastest_int8(packed, x, repeats):
+    """The engine (key of `packed`) whose linear_dynamic of x was fastest. Each runs once
+    untimed (oneDNN creates its matmul primitive then), then `repeats` times timed.
+
+    QNNPACK's products of many rows take ten times oneDNN's (9 s for the head at 2,048 rows on
+    one thread), so the warm-up does not wait for them: after the first engine, another is
+    dropped when its untimed call took over 4x the best time so far (and over 50 ms), and on 64
+    rows or more it first runs an eighth of the rows, dropped if 8x that time is over the same
+    bound.
+
+    Every call gets differently scaled rows, as real calls do: oneDNN builds (JIT-compiles) its
+    input-quantizing reorder for each new scale and zero point, which a repeated input would
+    hide (its one-row products would look 2-3x faster than they run in decoding, and win)."""
+    if len(packed) == 1:
+        return next(iter(packed))
+    inputs = [x * (1 + i / 1024) for i in range(len(packed) * (2 + repeats))]
+    best, pick = float("inf"), None
+    for engine, p in packed.items():
+        if best < float("inf") and x.shape[0] >= 64:
+            t = time.perf_counter()
+            torch.ops.quantized.linear_dynamic(inputs.pop()[:x.shape[0] // 8], p, False)
+            if 8 * (time.perf_counter() - t) > max(4 * best, 0.05):
+                continue
+        t = time.perf_counter()
+        torch.ops.quantized.linear_dynamic(inputs.pop(), p, False)
+        if time.perf_counter() - t > max(4 * best, 0.05):
+            continue
+        for _ in range(repeats):
+            xi = inputs.pop()
+            t = time.perf_counter()
+            torch.ops.quantized.linear_dynamic(xi, p, False)
+            t = time.perf_counter() - t
+            if t < best:
+                best, pick = t, engine
+    return pick
+
+
 class Linear:
     """y = x W^T + b for W [out, in] (nn.Linear layout); x and y float32, the product in
-    `dtype` (float32 or bfloat16)."""
+    `dtype` (float32, bfloat16, or torch.qint8 for PyTorch's dynamic int8 products)."""
 
     def __init__(self, w_out_in, bias, backend, dtype=torch.float32):
         self.w, self.bias, self.backend, self.dtype = w_out_in.contiguous(), bias, backend, dtype
-        if backend == "tuned":
+        if dtype == torch.qint8:
+            q = quantize_weight(self.w)
+            if backend == "plain":  # the default engine, as a user who never picks one gets
+                self.int8 = {torch.backends.quantized.engine: prepack_int8(q, bias)}
+            else:
+                self.int8 = {e: prepack_int8(q, bias, e) for e in int8_engines()}
+            self.int8_choice = {}  # row bucket -> engine, measured on first use
+            self.w = None
+        elif backend == "tuned":
             dense = torch.nn.Linear(self.w.shape[1], self.w.shape[0], bias=bias is not None)
             dense.weight.data.copy_(self.w)
             if bias is not None:
@@ -123,7 +213,9 @@ class Linear:
     def __call__(self, x):
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
-        if self.backend == "plain":
+        if self.dtype == torch.qint8:
+            y = self.int8_rows(x2)
+        elif self.backend == "plain":
             y = F.linear(x2, self.w, self.bias)
         elif x2.shape[0] == 1:
             y = self.one_row(x2.to(self.dtype)).float()
@@ -145,6 +237,16 @@ class Linear:
             product = min(candidates, key=lambda f: time_call(lambda: f(x2), repeats=1))
             self.several_rows[bucket] = product
         return product(x2)
+
+    def int8_rows(self, x2):
+        """The int8 product on the engine that was fastest the first time this layer saw about
+        as many rows (one-row products timed best of 3, as the f32 ones are)."""
+        bucket = row_bucket(x2.shape[0])
+        engine = self.int8_choice.get(bucket)
+        if engine is None:
+            engine = fastest_int8(self.int8, x2, repeats=3 if bucket == 1 else 1)
+            self.int8_choice[bucket] = engine
+        return torch.ops.quantized.linear_dynamic(x2, self.int8[engine], False)
 
 
 # ---- attention -------------------------------------------------------------------------------
@@ -308,6 +410,17 @@ class Llama(Model):
         return x + layer["down"](F.silu(layer["gate"](h)) * layer["up"](h))
 
 
+def int8_engine_counts(model):
+    """row bucket -> {engine: number of linears that run it} (--dtype int8)."""
+    linears = [v for layer in model.layers for v in layer.values() if isinstance(v, Linear)]
+    counts = {}
+    for linear in linears + [model.head]:
+        for bucket, engine in sorted(linear.int8_choice.items()):
+            per_engine = counts.setdefault(str(bucket), {})
+            per_engine[engine] = per_engine.get(engine, 0) + 1
+    return counts
+
+
 def load_model(model_dir, backend, dtype=torch.float32):
     with open(f"{model_dir}/config.json") as f:
         cfg = json.load(f)
@@ -408,14 +521,17 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--backend", choices=["tuned", "plain"], default="tuned")
-    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+    ap.add_argument("--dtype", choices=["f32", "bf16", "int8"], default="f32",
+                    help="the linears' products: f32; bf16 (tuned only); int8: PyTorch's dynamic "
+                         "quantization, per-channel symmetric qint8 weights, per-tensor uint8 "
+                         "inputs quantized per call")
     args = ap.parse_args()
     if args.dtype == "bf16" and args.backend != "tuned":
         ap.error("--dtype bf16 needs --backend tuned")
 
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "int8": torch.qint8}[args.dtype]
     model = load_model(args.model, args.backend, dtype)
     load = time.perf_counter() - t0
     records = read_ids(args.ids)
@@ -426,6 +542,8 @@ def main():
             t = time.perf_counter()
             result = run_once(model, args, records, args.new_tokens)
             seconds.append(time.perf_counter() - t)
+    if args.dtype == "int8":
+        result["int8_engines"] = int8_engine_counts(model)
     json.dump({"side": "torch", "task": args.task, "threads": args.threads,
                "backend": args.backend, "dtype": args.dtype, "load_seconds": load, "seconds": seconds,
                "records": len(records), "tokens": sum(len(r) for r in records), **result},
