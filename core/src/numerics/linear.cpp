@@ -264,6 +264,11 @@ inline float round_even(float v) {
   return (v + 12582912.0f) - 12582912.0f;  // 1.5 * 2^23
 }
 
+// x * inverse rounded into [-127, 127]: one int8 value.
+inline std::int8_t to_int8(float x, float inverse) {
+  return static_cast<std::int8_t>(std::min(127.0f, std::max(-127.0f, round_even(x * inverse))));
+}
+
 // The symmetric int8 scale of n values: max |x| / 127 (0 for all zeros; NaN when one is not
 // finite, which makes that row's results NaN as in f32).
 MASQUE_VECTORIZE float int8_scale(const float* x, std::int64_t n) {
@@ -278,10 +283,7 @@ MASQUE_VECTORIZE void quantize_s8(const float* __restrict x, std::int64_t n, flo
     return;
   }
   const float inverse = 1.0f / scale;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float v = std::min(127.0f, std::max(-127.0f, round_even(x[i] * inverse)));
-    q[i] = static_cast<std::int8_t>(v);
-  }
+  for (std::int64_t i = 0; i < n; ++i) q[i] = to_int8(x[i], inverse);
 }
 
 // Quantizes the columns of a row-major [rows, cols] matrix, column n with scales[n] (as
@@ -292,10 +294,7 @@ MASQUE_VECTORIZE void quantize_columns(const float* __restrict w, std::int64_t r
   std::vector<float> inverse(cols);
   for (std::int64_t n = 0; n < cols; ++n) inverse[n] = scales[n] > 0.0f ? 1.0f / scales[n] : 0.0f;
   for (std::int64_t k = 0; k < rows; ++k)
-    for (std::int64_t n = 0; n < cols; ++n) {
-      const float v = std::min(127.0f, std::max(-127.0f, round_even(w[k * cols + n] * inverse[n])));
-      q[k * cols + n] = static_cast<std::int8_t>(v);
-    }
+    for (std::int64_t n = 0; n < cols; ++n) q[k * cols + n] = to_int8(w[k * cols + n], inverse[n]);
 }
 
 // The largest |w| of each column of a row-major [rows, cols] matrix of finite values.
