@@ -30,20 +30,6 @@ LoadedModel load_with(const std::string& dtype) {
   return load_model(open_plugin(), model_dir(), {{"matmul_dtype", dtype}});
 }
 
-// The largest |log p - reference| over the teacher-forced tokens of every example.
-double worst_log_prob_error(const Model& model) {
-  double worst = 0.0;
-  for (const auto& ex : examples()) {
-    const auto got = teacher_forced(model, source_vocab().ids(ex["source_tokens"]),
-                                    target_vocab().ids(ex["expected"]));
-    const auto want = ex["expected_token_log_probs"].get<std::vector<double>>();
-    REQUIRE(got.size() == want.size());
-    for (std::size_t i = 0; i < want.size(); ++i)
-      worst = std::max(worst, std::abs(got[i] - want[i]));
-  }
-  return worst;
-}
-
 // Every Linear's weight: the q, k, v and out projections, fc1, fc2 and the output projection.
 bool is_matmul_weight(const std::string& name) {
   const auto has = [&](const char* part) { return name.find(part) != std::string::npos; };
@@ -57,20 +43,14 @@ bool same_bits(const float* got, const std::vector<float>& want) {
 
 }  // namespace
 
-TEST_CASE("int8 matmuls: teacher-forced log-probs near examples.jsonl", "[encdec][int8]") {
-  const LoadedModel model = load_with("int8");
-  const double worst = worst_log_prob_error(*model);
-  std::printf("encoder-decoder int8: log-probs within %.2e of the reference\n", worst);
-  CHECK(worst > kNotF32);
-  CHECK(worst <= kInt8Tolerance);
-}
-
-TEST_CASE("bf16 matmuls load and run near examples.jsonl", "[encdec][int8]") {
-  const LoadedModel model = load_with("bf16");
-  const double worst = worst_log_prob_error(*model);
-  std::printf("encoder-decoder bf16: log-probs within %.2e of the reference\n", worst);
-  CHECK(worst > kNotF32);
-  CHECK(worst <= kInt8Tolerance);
+TEST_CASE("int8 and bf16 matmuls: teacher-forced log-probs near examples.jsonl", "[encdec][int8]") {
+  for (const char* dtype : {"int8", "bf16"}) {
+    const LoadedModel model = load_with(dtype);
+    const double worst = worst_log_prob_error(*model);
+    std::printf("encoder-decoder %s: log-probs within %.2e of the reference\n", dtype, worst);
+    CHECK(worst > kNotF32);
+    CHECK(worst <= kInt8Tolerance);
+  }
 }
 
 // The tolerance can tell a wrong scale: the f32 model with every matmul's weight 5% larger
@@ -88,17 +68,11 @@ TEST_CASE("the int8 tolerance fails every matmul 5% off in scale", "[encdec][int
 
 TEST_CASE("int8 greedy decoding reproduces the expected outputs", "[encdec][int8]") {
   const LoadedModel model = load_with("int8");
-  for (const auto& ex : examples()) {
-    INFO(ex["name"].get<std::string>());
-    const Greedy g = greedy(*model, source_vocab().ids(ex["source_tokens"]));
-    REQUIRE(g.finished);
-    std::vector<std::string> text;
-    for (TokenId id : g.tokens) text.push_back(target_vocab().token(id));
-    CHECK(text == ex["expected"].get<std::vector<std::string>>());
-    double sum = 0.0;
-    for (double lp : g.logprobs) sum += lp;
-    CHECK(std::abs(sum / static_cast<double>(g.tokens.size() + 1) -
-                   ex["expected_score"].get<double>()) <= kInt8Tolerance);
+  for (const auto& r : greedy_examples(*model)) {
+    INFO(r.name);
+    REQUIRE(r.finished);
+    CHECK(r.text == r.expected);
+    CHECK(r.score_error <= kInt8Tolerance);
   }
 }
 

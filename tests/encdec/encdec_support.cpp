@@ -247,4 +247,37 @@ fs::path write_model(const std::string& name, const nlohmann::json& config_edits
   return dir;
 }
 
+double worst_log_prob_error(const Model& model) {
+  double worst = 0.0;
+  for (const auto& ex : examples()) {
+    const auto got = teacher_forced(model, source_vocab().ids(ex["source_tokens"]),
+                                    target_vocab().ids(ex["expected"]));
+    const auto want = ex["expected_token_log_probs"].get<std::vector<double>>();
+    if (got.size() != want.size())
+      throw std::runtime_error(ex["name"].get<std::string>() + ": " + std::to_string(got.size()) +
+                               " log-probs, expected " + std::to_string(want.size()));
+    for (std::size_t i = 0; i < want.size(); ++i)
+      worst = std::max(worst, std::abs(got[i] - want[i]));
+  }
+  return worst;
+}
+
+std::vector<GreedyExample> greedy_examples(const Model& model) {
+  std::vector<GreedyExample> out;
+  for (const auto& ex : examples()) {
+    const Greedy g = greedy(model, source_vocab().ids(ex["source_tokens"]));
+    GreedyExample r;
+    r.name = ex["name"].get<std::string>();
+    r.finished = g.finished;
+    for (TokenId id : g.tokens) r.text.push_back(target_vocab().token(id));
+    r.expected = ex["expected"].get<std::vector<std::string>>();
+    double sum = 0.0;
+    for (double lp : g.logprobs) sum += lp;
+    r.score_error = std::abs(sum / static_cast<double>(g.tokens.size() + 1) -
+                             ex["expected_score"].get<double>());
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 }  // namespace masque::test::encdec

@@ -94,6 +94,18 @@ struct Greedy {
 // Plain greedy decoding of one source: argmax, </s> ends, at most `max_steps` steps.
 Greedy greedy(const Model& model, const std::vector<TokenId>& source, int max_steps = 256);
 
+// The largest |teacher-forced log p - expected_token_log_probs| over every example.
+double worst_log_prob_error(const Model& model);
+
+// Greedy decoding of each example against its expected output and score.
+struct GreedyExample {
+  std::string name;
+  bool finished = false;
+  std::vector<std::string> text, expected;
+  double score_error = 0;  // |mean log p over tokens and </s> - expected_score|
+};
+std::vector<GreedyExample> greedy_examples(const Model& model);
+
 // A copy of the checkpoint folder in a scratch dir: config.json with `config_edits` applied
 // (null deletes a key) and model.safetensors rewritten from `tensors`.
 std::filesystem::path write_model(const std::string& name, const nlohmann::json& config_edits,

@@ -29,31 +29,8 @@ constexpr double kHiddenTolerance = 0.04;
 // requested type was used.
 constexpr double kNotF32 = 1e-4;
 
-std::vector<std::int32_t> ints(const nlohmann::json& j) {
-  return j.get<std::vector<std::int32_t>>();
-}
-
 Loaded<masque::Model> load_with(const std::string& model, const std::string& dtype) {
   return load_model(model_dir(model), {{"matmul_dtype", dtype}});
-}
-
-// The reference input (right-padded) under mask `name`, built by the real mask plugin.
-masque::Batch reference_batch(const nlohmann::json& ref, const std::string& name) {
-  const nlohmann::json& input = ref["input"];
-  const nlohmann::json& entry = ref["masks"][name];
-  const std::int32_t length = input["length"], real = input["real_length"];
-  std::vector<std::int32_t> segments, order;
-  if (name == "seq2seq") segments = ints(entry["segment_ids"]);
-  if (name == "permutation") order = ints(entry["order"]);
-  masque::Batch batch;
-  batch.batch = 1;
-  batch.length = length;
-  batch.ids = ints(input["input_ids"]);
-  batch.positions = ints(input["position_ids"]);
-  batch.token_types = ints(entry["token_type_ids"]);
-  batch.attention = one_row_layout(build_mask(*load_mask(name), real, segments, order), length);
-  batch.want_hidden = true;
-  return batch;
 }
 
 struct MaxErrors {
@@ -65,27 +42,13 @@ struct MaxErrors {
 
 // The largest differences from the reference's top-10 logits, logsumexps and hidden states.
 MaxErrors errors(const masque::Model& model, const nlohmann::json& ref, const std::string& mask) {
-  const masque::ForwardResult out = model.forward(reference_batch(ref, mask));
-  const std::int32_t vocab = model.info().vocab_size, hidden = model.info().hidden_size;
-  const nlohmann::json& entry = ref["masks"][mask];
-  MaxErrors err;
-  for (const auto& pos : entry["positions"]) {
-    if (pos["is_pad"].get<bool>()) continue;
-    const float* logits = out.logits.f32() + static_cast<std::size_t>(pos["position"]) * vocab;
-    const auto ids = ints(pos["top10_ids"]);
-    for (std::size_t k = 0; k < ids.size(); ++k)
-      err.logits =
-          std::max(err.logits, std::abs(logits[ids[k]] - pos["top10_logits"][k].get<double>()));
-    err.logsumexp = std::max(err.logsumexp,
-                             std::abs(logsumexp(logits, vocab) - pos["logsumexp"].get<double>()));
-  }
-  const auto& hs = entry["hidden_states"];
-  for (std::size_t k = 0; k < hs["positions"].size(); ++k) {
-    const float* row = out.hidden.f32() + hs["positions"][k].get<std::size_t>() * hidden;
-    for (std::int32_t c = 0; c < hidden; ++c)
-      err.hidden = std::max(err.hidden, std::abs(row[c] - hs["values"][k][c].get<double>()));
-  }
-  return err;
+  const nlohmann::json& input = ref["input"];
+  const masque::ForwardResult out = model.forward(reference_batch(
+      ref, mask,
+      reference_layout(mask, ref["masks"][mask], input["length"], input["real_length"])));
+  const ReferenceErrors e =
+      reference_errors(out, ref, mask, model.info().vocab_size, model.info().hidden_size);
+  return {e.logits, e.logsumexp, e.hidden};
 }
 
 // Sequences of different lengths (prefixes of the reference input) as one right-padded batch,

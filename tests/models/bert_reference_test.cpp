@@ -19,20 +19,6 @@ namespace {
 // a float32 implementation should match to about 1e-5.
 constexpr double kTolerance = 1e-5;
 
-std::vector<std::int32_t> ints(const nlohmann::json& j) {
-  return j.get<std::vector<std::int32_t>>();
-}
-
-// The layout of the reference input (10 real tokens, 2 right pads) under mask `name`.
-masque::AttentionLayout reference_layout(const std::string& name, const nlohmann::json& entry,
-                                         std::int32_t length, std::int32_t real) {
-  auto strategy = load_mask(name);
-  std::vector<std::int32_t> segments, order;
-  if (name == "seq2seq") segments = ints(entry["segment_ids"]);
-  if (name == "permutation") order = ints(entry["order"]);
-  return one_row_layout(build_mask(*strategy, real, segments, order), length);
-}
-
 // The same as a dense layout: the reference's `allowed` matrix over the real tokens.
 masque::AttentionLayout dense_layout(const nlohmann::json& entry, std::int32_t length,
                                      std::int32_t real) {
@@ -45,11 +31,8 @@ masque::AttentionLayout dense_layout(const nlohmann::json& entry, std::int32_t l
   return one_row_layout(mask, length);
 }
 
-struct MaxErrors {
-  double logits = 0, logsumexp = 0, hidden = 0;
-};
-
-MaxErrors check_mask(const std::string& model_name, const std::string& mask_name, bool dense) {
+ReferenceErrors check_mask(const std::string& model_name, const std::string& mask_name,
+                           bool dense) {
   const nlohmann::json& ref = reference(model_name);
   const nlohmann::json& input = ref["input"];
   const nlohmann::json& entry = ref["masks"][mask_name];
@@ -57,15 +40,9 @@ MaxErrors check_mask(const std::string& model_name, const std::string& mask_name
   auto model = load_model(model_dir(model_name));
   const std::int32_t vocab = model->info().vocab_size;
 
-  masque::Batch batch;
-  batch.batch = 1;
-  batch.length = length;
-  batch.ids = ints(input["input_ids"]);
-  batch.positions = ints(input["position_ids"]);
-  batch.token_types = ints(entry["token_type_ids"]);
-  batch.attention =
-      dense ? dense_layout(entry, length, real) : reference_layout(mask_name, entry, length, real);
-  batch.want_hidden = true;
+  const masque::Batch batch = reference_batch(
+      ref, mask_name,
+      dense ? dense_layout(entry, length, real) : reference_layout(mask_name, entry, length, real));
 
   // The plugin's layout is the reference's `allowed` on every real query row.
   for (std::int32_t i = 0; i < real; ++i)
@@ -78,36 +55,21 @@ MaxErrors check_mask(const std::string& model_name, const std::string& mask_name
   REQUIRE(out.logits.shape() == masque::Shape{length, vocab});
   REQUIRE(out.hidden.shape() == masque::Shape{length, model->info().hidden_size});
 
-  MaxErrors err;
+  // The id order is only meaningful where the reference's gaps exceed our error.
   for (const auto& pos : entry["positions"]) {
-    if (pos["is_pad"].get<bool>()) continue;  // pad queries see nothing in masque's layouts
+    if (pos["is_pad"].get<bool>() || pos["top10_min_gap"].get<double>() <= 4 * kTolerance) continue;
     const std::int32_t p = pos["position"];
     const float* logits = out.logits.f32() + static_cast<std::size_t>(p) * vocab;
-    const auto ids = ints(pos["top10_ids"]);
-    for (std::size_t k = 0; k < ids.size(); ++k)
-      err.logits =
-          std::max(err.logits, std::abs(logits[ids[k]] - pos["top10_logits"][k].get<double>()));
-    err.logsumexp = std::max(err.logsumexp,
-                             std::abs(logsumexp(logits, vocab) - pos["logsumexp"].get<double>()));
-    // The id order is only meaningful where the reference's gaps exceed our error.
-    if (pos["top10_min_gap"].get<double>() > 4 * kTolerance) {
-      std::vector<std::int32_t> order(vocab);
-      std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + 10, order.end(),
-                        [&](std::int32_t a, std::int32_t b) { return logits[a] > logits[b]; });
-      order.resize(10);
-      INFO("position " << p);
-      CHECK(order == ids);
-    }
+    std::vector<std::int32_t> order(vocab);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + 10, order.end(),
+                      [&](std::int32_t a, std::int32_t b) { return logits[a] > logits[b]; });
+    order.resize(10);
+    INFO("position " << p);
+    CHECK(order == ints(pos["top10_ids"]));
   }
-  const auto& hs = entry["hidden_states"];
-  for (std::size_t k = 0; k < hs["positions"].size(); ++k) {
-    const std::int32_t p = hs["positions"][k];
-    for (std::int32_t c = 0; c < model->info().hidden_size; ++c)
-      err.hidden =
-          std::max(err.hidden, std::abs(out.hidden.f32()[p * model->info().hidden_size + c] -
-                                        hs["values"][k][c].get<double>()));
-  }
+  const ReferenceErrors err =
+      reference_errors(out, ref, mask_name, vocab, model->info().hidden_size);
   std::printf("%s / %s%s: max |error| logits %.2e, logsumexp %.2e, hidden %.2e\n",
               model_name.c_str(), mask_name.c_str(), dense ? " (dense layout)" : "", err.logits,
               err.logsumexp, err.hidden);
@@ -121,7 +83,7 @@ TEST_CASE("bert matches the float64 reference under every mask", "[bert][referen
   const std::string mask =
       GENERATE(as<std::string>{}, "bidirectional", "causal", "seq2seq", "permutation");
   INFO(model << " under " << mask);
-  const MaxErrors err = check_mask(model, mask, false);
+  const ReferenceErrors err = check_mask(model, mask, false);
   CHECK(err.logits <= kTolerance);
   CHECK(err.logsumexp <= kTolerance);
   CHECK(err.hidden <= kTolerance);
@@ -131,7 +93,7 @@ TEST_CASE("bert takes dense layouts", "[bert][reference]") {
   const std::string mask =
       GENERATE(as<std::string>{}, "bidirectional", "causal", "seq2seq", "permutation");
   INFO("the allowed matrix of " << mask);
-  const MaxErrors err = check_mask("tiny-bert-uncased", mask, true);
+  const ReferenceErrors err = check_mask("tiny-bert-uncased", mask, true);
   CHECK(err.logits <= kTolerance);
   CHECK(err.logsumexp <= kTolerance);
   CHECK(err.hidden <= kTolerance);

@@ -137,6 +137,57 @@ masque::SequenceMask build_mask(const masque::MaskStrategy& strategy, std::int32
   return strategy.build(request);
 }
 
+std::vector<std::int32_t> ints(const nlohmann::json& j) {
+  return j.get<std::vector<std::int32_t>>();
+}
+
+masque::AttentionLayout reference_layout(const std::string& name, const nlohmann::json& entry,
+                                         std::int32_t length, std::int32_t real) {
+  auto strategy = load_mask(name);
+  std::vector<std::int32_t> segments, order;
+  if (name == "seq2seq") segments = ints(entry["segment_ids"]);
+  if (name == "permutation") order = ints(entry["order"]);
+  return one_row_layout(build_mask(*strategy, real, segments, order), length);
+}
+
+masque::Batch reference_batch(const nlohmann::json& ref, const std::string& name,
+                              masque::AttentionLayout layout) {
+  const nlohmann::json& input = ref["input"];
+  masque::Batch batch;
+  batch.batch = 1;
+  batch.length = input["length"];
+  batch.ids = ints(input["input_ids"]);
+  batch.positions = ints(input["position_ids"]);
+  batch.token_types = ints(ref["masks"][name]["token_type_ids"]);
+  batch.attention = std::move(layout);
+  batch.want_hidden = true;
+  return batch;
+}
+
+ReferenceErrors reference_errors(const masque::ForwardResult& out, const nlohmann::json& ref,
+                                 const std::string& name, std::int32_t vocab,
+                                 std::int32_t hidden_size) {
+  const nlohmann::json& entry = ref["masks"][name];
+  ReferenceErrors err;
+  for (const auto& pos : entry["positions"]) {
+    if (pos["is_pad"].get<bool>()) continue;  // pad queries see nothing in masque's layouts
+    const float* logits = out.logits.f32() + pos["position"].get<std::size_t>() * vocab;
+    const auto ids = ints(pos["top10_ids"]);
+    for (std::size_t k = 0; k < ids.size(); ++k)
+      err.logits =
+          std::max(err.logits, std::abs(logits[ids[k]] - pos["top10_logits"][k].get<double>()));
+    err.logsumexp = std::max(err.logsumexp,
+                             std::abs(logsumexp(logits, vocab) - pos["logsumexp"].get<double>()));
+  }
+  const auto& hs = entry["hidden_states"];
+  for (std::size_t k = 0; k < hs["positions"].size(); ++k) {
+    const float* row = out.hidden.f32() + hs["positions"][k].get<std::size_t>() * hidden_size;
+    for (std::int32_t c = 0; c < hidden_size; ++c)
+      err.hidden = std::max(err.hidden, std::abs(row[c] - hs["values"][k][c].get<double>()));
+  }
+  return err;
+}
+
 // ---- float64 reference ----------------------------------------------------------------------
 
 namespace {

@@ -57,6 +57,26 @@ masque::SequenceMask build_mask(const masque::MaskStrategy& strategy, std::int32
                                 std::vector<std::int32_t> segments = {},
                                 std::vector<std::int32_t> order = {});
 
+std::vector<std::int32_t> ints(const nlohmann::json& j);
+
+// ---- the reference fixtures (reference.json: one input, right-padded, under four masks) ----
+// The layout of the reference input under mask `name` (its `entry` in ref["masks"]), built by
+// the real mask plugin.
+masque::AttentionLayout reference_layout(const std::string& name, const nlohmann::json& entry,
+                                         std::int32_t length, std::int32_t real);
+// The reference input as a one-row batch under `layout` (token types of mask `name`), asking
+// for hidden states.
+masque::Batch reference_batch(const nlohmann::json& ref, const std::string& name,
+                              masque::AttentionLayout layout);
+// The largest differences between a forward of the reference input under mask `name` and the
+// reference's top-10 logits and logsumexps (real positions) and hidden states.
+struct ReferenceErrors {
+  double logits = 0, logsumexp = 0, hidden = 0;
+};
+ReferenceErrors reference_errors(const masque::ForwardResult& out, const nlohmann::json& ref,
+                                 const std::string& name, std::int32_t vocab,
+                                 std::int32_t hidden_size);
+
 // ---- an independent float64 BertForMaskedLM (dense allowed matrix, HF formulas) -----------
 struct DoubleResult {
   std::vector<std::vector<double>> hidden;  // [tokens][hidden]

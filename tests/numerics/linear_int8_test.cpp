@@ -15,8 +15,11 @@
 #include "reference.hpp"
 
 using namespace masque;
+using masque::test::activation_reference;
 using masque::test::random_tensor;
+using masque::test::reference_linear;
 using masque::test::relative_error;
+using masque::test::transpose;
 
 namespace {
 
@@ -37,13 +40,6 @@ std::vector<int> quantize(const float* x, std::int64_t n, float scale) {
   return q;
 }
 
-double act(Activation a, double x) {
-  if (a == Activation::gelu_tanh)
-    return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-  if (a == Activation::silu) return x / (1.0 + std::exp(-x));
-  return x;
-}
-
 // act(sum_k qx qw * sw * sx + b), the int8 product in exact integers, the rest in double.
 std::vector<double> reference_int8(const Tensor& x, const Tensor& w_out_in, const Tensor& bias,
                                    Activation a) {
@@ -62,32 +58,10 @@ std::vector<double> reference_int8(const Tensor& x, const Tensor& w_out_in, cons
       std::int64_t acc = 0;
       for (std::int64_t i = 0; i < in; ++i) acc += qx[i] * qw[o][i];
       const double b = bias.empty() ? 0.0 : bias.f32()[o];
-      y.push_back(act(a, static_cast<double>(acc) * sw[o] * sx + b));
+      y.push_back(activation_reference(a, static_cast<double>(acc) * sw[o] * sx + b));
     }
   }
   return y;
-}
-
-// y = x W^T + b in double, for the quantization error.
-std::vector<double> reference_f64(const Tensor& x, const Tensor& w_out_in, const Tensor& bias) {
-  const std::int64_t in = w_out_in.dim(1), out = w_out_in.dim(0), rows = x.numel() / in;
-  std::vector<double> y;
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t o = 0; o < out; ++o) {
-      double s = bias.empty() ? 0.0 : bias.f32()[o];
-      for (std::int64_t i = 0; i < in; ++i)
-        s += static_cast<double>(x.f32()[r * in + i]) * w_out_in.f32()[o * in + i];
-      y.push_back(s);
-    }
-  return y;
-}
-
-Tensor transpose(const Tensor& w) {
-  Tensor t({w.dim(1), w.dim(0)});
-  for (std::int64_t r = 0; r < w.dim(0); ++r)
-    for (std::int64_t c = 0; c < w.dim(1); ++c)
-      t.f32()[c * w.dim(0) + r] = w.f32()[r * w.dim(1) + c];
-  return t;
 }
 
 Tensor rows_of(const Tensor& x, std::int64_t begin, std::int64_t count) {
@@ -132,7 +106,7 @@ TEST_CASE("int8 Linear stays within the quantization error of the f32 product",
   Tensor w = random_tensor({256, 768}, 81, 0.05f), b = random_tensor({256}, 82);
   Tensor x = random_tensor({16, 768}, 83), y;
   Linear(w, b, {.compute = DType::i8}).forward(x, y);
-  const double error = relative_error(y, reference_f64(x, w, b));
+  const double error = relative_error(y, reference_linear(x, w, b, Activation::none));
   CHECK(error > 0.0);
   CHECK(error <= 1e-2);
 }

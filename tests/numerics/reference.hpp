@@ -9,6 +9,7 @@
 
 #include "masque/attention.hpp"
 #include "masque/mask.hpp"
+#include "masque/ops.hpp"
 #include "masque/tensor.hpp"
 
 namespace masque::test {
@@ -36,6 +37,46 @@ inline double relative_error(const float* got, const std::vector<double>& want) 
 }
 inline double relative_error(const Tensor& got, const std::vector<double>& want) {
   return relative_error(got.f32(), want);
+}
+
+inline double activation_reference(Activation a, double x) {
+  switch (a) {
+    case Activation::none:
+      return x;
+    case Activation::relu:
+      return x > 0 ? x : 0;
+    case Activation::gelu:
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case Activation::gelu_tanh:
+      return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    case Activation::silu:
+      return x / (1.0 + std::exp(-x));
+  }
+  return x;
+}
+
+// y = act(x W^T + b) with W stored [out, in], in double.
+inline std::vector<double> reference_linear(const Tensor& x, const Tensor& w_out_in,
+                                            const Tensor& bias, Activation a) {
+  const std::int64_t in = w_out_in.dim(1), out = w_out_in.dim(0), rows = x.numel() / in;
+  std::vector<double> y;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t o = 0; o < out; ++o) {
+      double s = bias.empty() ? 0.0 : bias.f32()[o];
+      for (std::int64_t i = 0; i < in; ++i)
+        s += static_cast<double>(x.f32()[r * in + i]) * w_out_in.f32()[o * in + i];
+      y.push_back(activation_reference(a, s));
+    }
+  return y;
+}
+
+// W [r, c] -> [c, r] (nn.Linear <-> Conv1D layout).
+inline Tensor transpose(const Tensor& w) {
+  Tensor t({w.dim(1), w.dim(0)});
+  for (std::int64_t r = 0; r < w.dim(0); ++r)
+    for (std::int64_t c = 0; c < w.dim(1); ++c)
+      t.f32()[c * w.dim(0) + r] = w.f32()[r * w.dim(1) + c];
+  return t;
 }
 
 // Attention in double with the rule taken from MaskView::allowed; q [B, Tq, H*d],
