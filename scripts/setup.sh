@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 
 packages=(
   g++ cmake ninja-build pkg-config git
-  libdnnl-dev libboost-dev libboost-program-options-dev libboost-filesystem-dev
+  libdnnl-dev ocl-icd-opencl-dev  # dnnl-config.cmake looks for OpenCL (only Recommended)
+  libboost-dev libboost-program-options-dev libboost-filesystem-dev
   libyaml-cpp-dev libicu-dev catch2 nlohmann-json3-dev libsentencepiece-dev sentencepiece
   clang libclang-rt-14-dev libomp-dev  # tests/fuzz: libFuzzer, and OpenMP for clang
   python3 python3-numpy python3-torch
