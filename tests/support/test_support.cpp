@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <oneapi/dnnl/dnnl.hpp>
+
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -18,10 +20,18 @@ namespace masque::test {
 
 namespace fs = std::filesystem;
 
-fs::path shared_dir() { return MASQUE_SHARED_DIR; }
-fs::path source_dir() { return MASQUE_SOURCE_DIR; }
-fs::path binary() { return MASQUE_BINARY; }
-fs::path plugin_dir() { return MASQUE_BUILD_PLUGIN_DIR; }
+fs::path shared_dir() {
+  return MASQUE_SHARED_DIR;
+}
+fs::path source_dir() {
+  return MASQUE_SOURCE_DIR;
+}
+fs::path binary() {
+  return MASQUE_BINARY;
+}
+fs::path plugin_dir() {
+  return MASQUE_BUILD_PLUGIN_DIR;
+}
 
 fs::path scratch_dir(const std::string& name) {
   fs::path dir = fs::path(MASQUE_TEST_OUTPUT_DIR) / "scratch" / name;
@@ -56,7 +66,9 @@ std::vector<nlohmann::json> parse_jsonl(const std::string& text) {
   return out;
 }
 
-std::vector<nlohmann::json> read_jsonl(const fs::path& path) { return parse_jsonl(read_file(path)); }
+std::vector<nlohmann::json> read_jsonl(const fs::path& path) {
+  return parse_jsonl(read_file(path));
+}
 
 RunResult run_masque(const std::vector<std::string>& args, const std::string& input,
                      const std::map<std::string, std::string>& env) {
@@ -135,6 +147,18 @@ RunResult run_masque(const std::vector<std::string>& args, const std::string& in
   waitpid(pid, &status, 0);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+bool cpu_has_bf16_matmuls() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core:
+    case dnnl::cpu_isa::avx512_core_vnni:
+    case dnnl::cpu_isa::avx512_core_bf16:
+    case dnnl::cpu_isa::avx512_core_amx:
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace masque::test

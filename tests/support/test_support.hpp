@@ -10,10 +10,10 @@
 
 namespace masque::test {
 
-std::filesystem::path shared_dir();   // ../shared (models, tokenizers, references)
-std::filesystem::path source_dir();   // the project root
-std::filesystem::path binary();       // the built masque executable
-std::filesystem::path plugin_dir();   // the build's plugin directory
+std::filesystem::path shared_dir();  // ../shared (models, tokenizers, references)
+std::filesystem::path source_dir();  // the project root
+std::filesystem::path binary();      // the built masque executable
+std::filesystem::path plugin_dir();  // the build's plugin directory
 // A fresh, empty scratch directory for one test.
 std::filesystem::path scratch_dir(const std::string& name);
 
@@ -27,6 +27,9 @@ struct RunResult {
   std::string out;  // stdout
   std::string err;  // stderr
 };
+
+// Whether oneDNN 2.6 has bf16 matmuls on this CPU (AVX-512 and newer: avx512_core and up).
+bool cpu_has_bf16_matmuls();
 
 // Runs the masque binary with `args` (no shell), feeding `input` on stdin.
 // `env` entries are added to (or, with an empty value, removed from) the environment.

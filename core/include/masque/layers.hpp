@@ -33,12 +33,18 @@ struct LinearOptions {
   WeightLayout layout = WeightLayout::out_in;
   // The matmul's input and weight type: f32; bf16 (weights packed as bfloat16, inputs
   // rounded to it per call, f32 accumulation and output) for half the weight memory traffic
-  // and AMX/AVX-512 BF16 speed, at about 3 significant digits; or i8 (weights quantized once
-  // with one symmetric scale per output feature, each input row quantized per call with its
-  // own scale, exact int32 accumulation; bias and activation in f32) for a quarter of the
+  // and AMX/AVX-512 BF16 speed, at about 3 significant digits (needs AVX-512; elsewhere the
+  // constructor throws); or i8 (weights quantized once with one symmetric scale per output
+  // feature to int8_weight_levels(), each input row quantized per call with its own scale to
+  // 127 levels, exact int32 accumulation; bias and activation in f32) for a quarter of the
   // weight memory and AMX/VNNI int8 speed, at about 2 significant digits.
   DType compute = DType::f32;
 };
+
+// The largest |q| of int8 weights on this CPU: 127 with VNNI; 63 without (AVX2, AVX-512 before
+// Cascade Lake), where oneDNN adds pairs of int8 products in saturating 16 bits and 7-bit
+// weights keep those sums exact.
+BOOST_SYMBOL_VISIBLE int int8_weight_levels();
 
 // y = act(x W^T + b). The weight is packed once, at construction, into oneDNN's preferred
 // layout and type (a copy: the source tensor, e.g. a mapped file, may go away). oneDNN primitives

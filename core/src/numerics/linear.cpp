@@ -16,7 +16,16 @@
 // output scales); each call quantizes every input row with its own scale, so a row's numbers
 // never depend on the other rows, and int32 accumulation is exact, so they do not depend on how
 // oneDNN splits the product either. oneDNN 2.6's fast kernels take no per-row scale, hence a
-// second primitive (binary) finishes y = act(y * row_scale + bias). One part.
+// second primitive (binary) finishes y = act(y * row_scale + bias). One part. Without VNNI
+// (AVX2, AVX-512 before Cascade Lake) oneDNN multiplies int8 pairs into saturating 16-bit sums,
+// so weights there get 7 bits (|q| <= 63), which keeps every sum exact, as oneDNN's own int8
+// convolutions do.
+//
+// Convolution: without AVX-512, oneDNN 2.6 runs an f32 matmul on its gemm driver, whose kernels
+// accumulate a row differently depending on the row count (one row, tails of 1-3 rows), so a
+// row's result would depend on its batch. There an f32 layer is a 1x1 convolution over the
+// rows as pixels (nhwc: the same memory as [rows, in]); its kernel accumulates every output in
+// input order whatever the rows and threads, and is as fast or faster (bench/numerics).
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -100,6 +109,7 @@ struct Linear::Impl {
   std::int64_t in = 0, out = 0;
   Activation activation = Activation::none;
   dt compute = dt::f32;              // input and weight type
+  bool convolution = false;          // a 1x1 convolution rather than a matmul (see above)
   std::vector<float> weight_scales;  // s8: one per output feature
   // The product over inputs [begin, begin + depth): the first part adds the bias, later ones
   // add onto the output, the last applies the activation.
@@ -114,7 +124,7 @@ struct Linear::Impl {
   dnnl::memory bias;
 
   struct Executable {
-    dnnl::matmul matmul;
+    dnnl::primitive product;  // matmul or convolution
     dnnl::memory::desc src_md, dst_md;
     std::size_t scratchpad_bytes = 0;
     dnnl::memory weights;  // the packed weights, or a copy in the layout this primitive wants
@@ -126,8 +136,11 @@ struct Linear::Impl {
   mutable std::mutex mutex;
   mutable std::map<Key, std::shared_ptr<const Executable>> cache;
 
-  dnnl::matmul::primitive_desc describe(std::int64_t rows, std::size_t part,
-                                        const dnnl::memory::desc& wmd) const;
+  dnnl::primitive_desc describe(std::int64_t rows, std::size_t part,
+                                const dnnl::memory::desc& wmd) const;
+  dnnl::primitive_desc describe_convolution(std::int64_t rows, const dnnl::memory::desc& wmd) const;
+  // The weights of a part in any layout the primitive likes.
+  dnnl::memory::desc any_weights(std::size_t part) const;
   std::shared_ptr<const Executable> create(std::int64_t rows, std::size_t part) const;
   std::shared_ptr<const Executable> get(std::int64_t rows, std::size_t part) const;
   dnnl::binary describe_epilogue(std::int64_t rows) const;
@@ -141,8 +154,9 @@ struct Linear::Impl {
   std::pair<const std::int8_t*, const float*> to_s8(const float* x, std::int64_t rows) const;
 };
 
-dnnl::matmul::primitive_desc Linear::Impl::describe(std::int64_t rows, std::size_t part,
-                                                    const dnnl::memory::desc& wmd) const {
+dnnl::primitive_desc Linear::Impl::describe(std::int64_t rows, std::size_t part,
+                                            const dnnl::memory::desc& wmd) const {
+  if (convolution) return describe_convolution(rows, wmd);
   const bool first = part == 0, last = part + 1 == parts.size();
   dnnl::memory::desc src({rows, parts[part].depth}, compute, tag::ab);
   dnnl::memory::desc dst({rows, out}, dt::f32, tag::ab);
@@ -156,6 +170,27 @@ dnnl::matmul::primitive_desc Linear::Impl::describe(std::int64_t rows, std::size
                                 : dnnl::matmul::desc(src, wmd, bias_md, dst);
   return dnnl::matmul::primitive_desc(desc, make_attr(!first, last ? activation : Activation::none),
                                       cpu_engine());
+}
+
+dnnl::primitive_desc Linear::Impl::describe_convolution(std::int64_t rows,
+                                                        const dnnl::memory::desc& wmd) const {
+  // One image of `rows` pixels in a row: nhwc is [rows, in] row-major.
+  const dnnl::memory::desc src({1, in, 1, rows}, dt::f32, tag::nhwc);
+  const dnnl::memory::desc dst({1, out, 1, rows}, dt::f32, tag::nhwc);
+  const auto kind = dnnl::prop_kind::forward_inference;
+  const auto algo = dnnl::algorithm::convolution_direct;
+  const dnnl::memory::dims ones{1, 1}, zeros{0, 0};
+  const auto desc =
+      bias_md.is_zero()
+          ? dnnl::convolution_forward::desc(kind, algo, src, wmd, dst, ones, zeros, zeros)
+          : dnnl::convolution_forward::desc(kind, algo, src, wmd, bias_md, dst, ones, zeros, zeros);
+  return dnnl::convolution_forward::primitive_desc(desc, make_attr(false, activation),
+                                                   cpu_engine());
+}
+
+dnnl::memory::desc Linear::Impl::any_weights(std::size_t part) const {
+  if (convolution) return dnnl::memory::desc({out, in, 1, 1}, dt::f32, tag::any);
+  return dnnl::memory::desc({parts[part].depth, out}, compute, tag::any);
 }
 
 dnnl::binary Linear::Impl::describe_epilogue(std::int64_t rows) const {
@@ -194,7 +229,7 @@ std::shared_ptr<const Linear::Impl::Executable> Linear::Impl::create(std::int64_
                                                                      std::size_t part) const {
   auto exe = std::make_shared<Executable>();
   const Part& p = parts[part];
-  dnnl::matmul::primitive_desc pd;
+  dnnl::primitive_desc pd;
   bool packed_ok = true;
   try {
     pd = describe(rows, part, p.weights_md);
@@ -207,11 +242,11 @@ std::shared_ptr<const Linear::Impl::Executable> Linear::Impl::create(std::int64_
     exe->storage = p.storage;
   } else {
     // This row count wants another layout: give it its own copy (rare; memory over speed).
-    pd = describe(rows, part, dnnl::memory::desc({p.depth, out}, compute, tag::any));
+    pd = describe(rows, part, any_weights(part));
     exe->weights = numerics::layer_memory(pd.weights_desc(), exe->storage);
     repack(p.weights, exe->weights);
   }
-  exe->matmul = dnnl::matmul(pd);
+  exe->product = dnnl::primitive(pd);
   exe->src_md = pd.src_desc();
   exe->dst_md = pd.dst_desc();
   exe->scratchpad_bytes = pd.scratchpad_desc().get_size();
@@ -248,14 +283,38 @@ dt compute_type(DType compute) {
 }
 
 // Rows [begin, begin + depth) of the weight as a [K, N] f32 memory in its stored layout (a view
-// of the tensor's data, whose full shape is in x out in `layout`).
+// of the tensor's data, whose full shape is in x out in `layout`); for a convolution, the whole
+// weight as [N, K, 1, 1].
 dnnl::memory source_weights(const Tensor& w32, WeightLayout layout, std::int64_t in,
-                            std::int64_t out, std::int64_t begin, std::int64_t depth) {
+                            std::int64_t out, std::int64_t begin, std::int64_t depth,
+                            bool convolution) {
   const bool out_in = layout == WeightLayout::out_in;  // element (k, n) at n * in + k
-  dnnl::memory::desc md({depth, out}, dt::f32,
-                        out_in ? dnnl::memory::dims{1, in} : dnnl::memory::dims{out, 1});
-  float* data = const_cast<float*>(w32.f32()) + (out_in ? begin : begin * out);
-  return dnnl::memory(md, cpu_engine(), data);
+  const std::int64_t k_stride = out_in ? 1 : out, n_stride = out_in ? in : 1;
+  float* data = const_cast<float*>(w32.f32()) + begin * k_stride;
+  if (convolution)
+    return dnnl::memory({{out, in, 1, 1}, dt::f32, {n_stride, k_stride, 1, 1}}, cpu_engine(), data);
+  return dnnl::memory({{depth, out}, dt::f32, {k_stride, n_stride}}, cpu_engine(), data);
+}
+
+// Whether oneDNN runs an f32 matmul of this shape on its gemm driver (no AVX-512), whose
+// results depend on the row count, while a 1x1 convolution has a jit kernel that does not.
+bool prefer_convolution(std::int64_t in, std::int64_t out) {
+  try {
+    const dnnl::matmul::primitive_desc matmul(
+        dnnl::matmul::desc({{kPackRows, in}, dt::f32, tag::ab}, {{in, out}, dt::f32, tag::any},
+                           {{kPackRows, out}, dt::f32, tag::ab}),
+        cpu_engine());
+    if (std::string(matmul.impl_info_str()).rfind("gemm", 0) != 0) return false;
+    const dnnl::convolution_forward::primitive_desc convolution(
+        dnnl::convolution_forward::desc(
+            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+            {{1, in, 1, kPackRows}, dt::f32, tag::nhwc}, {{out, in, 1, 1}, dt::f32, tag::any},
+            {{1, out, 1, kPackRows}, dt::f32, tag::nhwc}, {1, 1}, {0, 0}, {0, 0}),
+        cpu_engine());
+    return std::string(convolution.impl_info_str()).rfind("jit_1x1", 0) == 0;
+  } catch (const dnnl::error&) {
+    return false;
+  }
 }
 
 // Rounds to the nearest integer, halves to even (for |v| < 2^22, in the default rounding mode),
@@ -264,37 +323,41 @@ inline float round_even(float v) {
   return (v + 12582912.0f) - 12582912.0f;  // 1.5 * 2^23
 }
 
-// x * inverse rounded into [-127, 127]: one int8 value.
-inline std::int8_t to_int8(float x, float inverse) {
-  return static_cast<std::int8_t>(std::min(127.0f, std::max(-127.0f, round_even(x * inverse))));
+// The largest |q| of input rows; weights take int8_weight_levels().
+constexpr float kRowLevels = 127.0f;
+
+// x * inverse rounded into [-levels, levels]: one int8 value.
+inline std::int8_t to_int8(float x, float inverse, float levels) {
+  return static_cast<std::int8_t>(std::min(levels, std::max(-levels, round_even(x * inverse))));
 }
 
-// The symmetric int8 scale of n values: max |x| / 127 (0 for all zeros; NaN when one is not
+// The symmetric int8 scale of n values: max |x| / levels (0 for all zeros; NaN when one is not
 // finite, which makes that row's results NaN as in f32).
-MASQUE_VECTORIZE float int8_scale(const float* x, std::int64_t n) {
-  return numerics::abs_max_of(x, n) / 127.0f;
+MASQUE_VECTORIZE float int8_scale(const float* x, std::int64_t n, float levels) {
+  return numerics::abs_max_of(x, n) / levels;
 }
 
-// q[i] = round(x[i] * (1 / scale)) in [-127, 127]; zeros when the scale is 0 or NaN.
+// q[i] = round(x[i] * (1 / scale)) in [-levels, levels]; zeros when the scale is 0 or NaN.
 MASQUE_VECTORIZE void quantize_s8(const float* __restrict x, std::int64_t n, float scale,
-                                  std::int8_t* __restrict q) {
+                                  float levels, std::int8_t* __restrict q) {
   if (!(scale > 0.0f)) {
     std::memset(q, 0, n);
     return;
   }
   const float inverse = 1.0f / scale;
-  for (std::int64_t i = 0; i < n; ++i) q[i] = to_int8(x[i], inverse);
+  for (std::int64_t i = 0; i < n; ++i) q[i] = to_int8(x[i], inverse, levels);
 }
 
 // Quantizes the columns of a row-major [rows, cols] matrix, column n with scales[n] (as
 // quantize_s8 does a row: the same products and rounding).
 MASQUE_VECTORIZE void quantize_columns(const float* __restrict w, std::int64_t rows,
                                        std::int64_t cols, const float* __restrict scales,
-                                       std::int8_t* __restrict q) {
+                                       float levels, std::int8_t* __restrict q) {
   std::vector<float> inverse(cols);
   for (std::int64_t n = 0; n < cols; ++n) inverse[n] = scales[n] > 0.0f ? 1.0f / scales[n] : 0.0f;
   for (std::int64_t k = 0; k < rows; ++k)
-    for (std::int64_t n = 0; n < cols; ++n) q[k * cols + n] = to_int8(w[k * cols + n], inverse[n]);
+    for (std::int64_t n = 0; n < cols; ++n)
+      q[k * cols + n] = to_int8(w[k * cols + n], inverse[n], levels);
 }
 
 // The largest |w| of each column of a row-major [rows, cols] matrix of finite values.
@@ -311,7 +374,8 @@ dnnl::memory quantize_weights(const Tensor& w32, WeightLayout layout, std::int64
                               std::int64_t out, std::vector<float>& scales,
                               std::shared_ptr<void>& storage) {
   const float* w = w32.f32();
-  if (std::isnan(int8_scale(w, in * out)))  // (vectorised)
+  const auto levels = static_cast<float>(int8_weight_levels());
+  if (std::isnan(int8_scale(w, in * out, levels)))  // (vectorised)
     throw RuntimeError(
         "Linear: the weight has values that are not finite; they cannot be "
         "quantized to int8");
@@ -320,13 +384,13 @@ dnnl::memory quantize_weights(const Tensor& w32, WeightLayout layout, std::int64
   const bool out_in = layout == WeightLayout::out_in;
   if (out_in) {
     for (std::int64_t n = 0; n < out; ++n) {
-      scales[n] = int8_scale(w + n * in, in);
-      quantize_s8(w + n * in, in, scales[n], q->data() + n * in);
+      scales[n] = int8_scale(w + n * in, in, levels);
+      quantize_s8(w + n * in, in, scales[n], levels, q->data() + n * in);
     }
   } else {
     column_abs_max(w, in, out, scales.data());
-    for (float& s : scales) s /= 127.0f;
-    quantize_columns(w, in, out, scales.data(), q->data());
+    for (float& s : scales) s /= levels;
+    quantize_columns(w, in, out, scales.data(), levels, q->data());
   }
   dnnl::memory::desc md({in, out}, dt::s8,
                         out_in ? dnnl::memory::dims{1, in} : dnnl::memory::dims{out, 1});
@@ -349,6 +413,21 @@ std::vector<std::pair<std::int64_t, std::int64_t>> input_slices(std::int64_t in,
 
 }  // namespace
 
+int int8_weight_levels() {
+  static const int levels = [] {
+    switch (dnnl::get_effective_cpu_isa()) {
+      case dnnl::cpu_isa::avx2_vnni:
+      case dnnl::cpu_isa::avx512_core_vnni:
+      case dnnl::cpu_isa::avx512_core_bf16:
+      case dnnl::cpu_isa::avx512_core_amx:
+        return 127;  // VNNI: int8 products summed in 32 bits
+      default:
+        return 63;  // pairs of u8 x s8 products summed in saturating 16 bits
+    }
+  }();
+  return levels;
+}
+
 Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options) {
   if (weight.rank() != 2 || weight.dtype() == DType::i32)
     throw RuntimeError("Linear: the weight must be a 2-D floating-point tensor, got " +
@@ -363,10 +442,12 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options) 
     throw RuntimeError("Linear: empty weight " + to_string(weight.shape()));
 
   const Tensor w32 = weight.dtype() == DType::f32 ? weight : weight.to_f32();
+  impl->convolution = impl->compute == dt::f32 && prefer_convolution(impl->in, impl->out);
   if (!bias.empty()) {
     numerics::require_vector(bias.dtype() == DType::f32 ? bias : bias.to_f32(), impl->out, "Linear",
                              "bias");
-    impl->bias_md = dnnl::memory::desc({1, impl->out}, dt::f32, tag::ab);
+    impl->bias_md = impl->convolution ? dnnl::memory::desc({impl->out}, dt::f32, tag::a)
+                                      : dnnl::memory::desc({1, impl->out}, dt::f32, tag::ab);
     impl->bias = dnnl::memory(impl->bias_md, cpu_engine());
     const Tensor b32 = bias.dtype() == DType::f32 ? bias : bias.to_f32();
     std::memcpy(impl->bias.get_data_handle(), b32.f32(), b32.bytes());
@@ -381,17 +462,17 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options) 
         quantize_weights(w32, options.layout, impl->in, impl->out, impl->weight_scales, quantized);
   for (std::size_t i = 0; i < impl->parts.size(); ++i) {
     Impl::Part& part = impl->parts[i];
-    dnnl::matmul::primitive_desc pd;
+    dnnl::primitive_desc pd;
     try {
-      pd = impl->describe(kPackRows, i,
-                          dnnl::memory::desc({part.depth, impl->out}, impl->compute, tag::any));
+      pd = impl->describe(kPackRows, i, impl->any_weights(i));
     } catch (const dnnl::error& e) {
       throw RuntimeError(std::string("Linear: oneDNN has no ") + to_string(options.compute) +
                          " matmul on this CPU (" + e.what() + ")");
     }
-    dnnl::memory src = impl->compute == dt::s8 ? s8_weights
-                                               : source_weights(w32, options.layout, impl->in,
-                                                                impl->out, part.begin, part.depth);
+    dnnl::memory src = impl->compute == dt::s8
+                           ? s8_weights
+                           : source_weights(w32, options.layout, impl->in, impl->out, part.begin,
+                                            part.depth, impl->convolution);
     part.weights_md = pd.weights_desc();
     part.weights = numerics::layer_memory(part.weights_md, part.storage);
     dnnl::reorder(src, part.weights).execute(thread_stream(), src, part.weights);
@@ -521,8 +602,8 @@ std::pair<const std::int8_t*, const float*> Linear::Impl::to_s8(const float* x,
   if (buffer.size() < static_cast<std::size_t>(rows * in)) buffer.resize(rows * in);
   if (scales.size() < static_cast<std::size_t>(rows)) scales.resize(rows);
   for (std::int64_t r = 0; r < rows; ++r) {
-    scales[r] = int8_scale(x + r * in, in);
-    quantize_s8(x + r * in, in, scales[r], buffer.data() + r * in);
+    scales[r] = int8_scale(x + r * in, in, kRowLevels);
+    quantize_s8(x + r * in, in, scales[r], kRowLevels, buffer.data() + r * in);
   }
   return {buffer.data(), scales.data()};
 }
@@ -569,9 +650,10 @@ void Linear::Impl::run(std::int64_t rows, std::size_t part, const void* x, float
     args[n++] = {DNNL_ARG_SCRATCHPAD, b.scratchpad.get()};
   }
   auto& stream = thread_stream();
-  if (const dnnl_status_t status = dnnl_primitive_execute(exe->matmul.get(), stream.get(), n, args);
+  if (const dnnl_status_t status =
+          dnnl_primitive_execute(exe->product.get(), stream.get(), n, args);
       status != dnnl_success)
-    throw RuntimeError("Linear: oneDNN matmul failed (status " + std::to_string(status) + ")");
+    throw RuntimeError("Linear: oneDNN product failed (status " + std::to_string(status) + ")");
   if (compute == dt::s8) {
     b.row_scales.set_data_handle(const_cast<float*>(row_scales));
     dnnl_exec_arg_t epilogue_args[4] = {{DNNL_ARG_SRC_0, b.dst.get()},

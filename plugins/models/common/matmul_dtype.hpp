@@ -18,10 +18,12 @@ inline constexpr ParamSpec kMatmulDtypeParam{
         "type of the weights and inputs of every matmul, the output head included "
         "(attention, norms and activations stay f32): f32 (exact); bf16 for half the "
         "weight memory and AMX / AVX-512 BF16 speed at about 3 significant digits (logits "
-        "differ from f32 by ~1e-2); int8 for a quarter of the weight memory and AMX / VNNI "
-        "int8 speed: weights quantized per output feature at load, each input row per call "
-        "with its own scale (results still independent of the batch), about 2 significant "
-        "digits (stories260k's NLL moves by up to 0.03 nats per token; a small "
+        "differ from f32 by ~1e-2; needs AVX-512, elsewhere loading fails with a clear "
+        "error); int8 for a quarter of the weight memory and AMX / VNNI int8 speed: weights "
+        "quantized per output feature at load (to 7 bits on CPUs without VNNI, whose int8 "
+        "kernels would otherwise saturate), each input row per call with its own scale "
+        "(results still independent of the batch), about 2 significant digits (stories260k's NLL "
+        "moves by up to 0.03 nats per token; a small "
         "transliteration model changes 10% of its greedy outputs: check on your data)",
     .choices = "f32|bf16|int8"};
 
