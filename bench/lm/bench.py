@@ -143,6 +143,13 @@ def run_torch(a, model, task, ids, threads, reps, extra=(), peer="tuned"):
 DTYPES = ("f32", "bf16", "int8")
 
 
+def cpu_has_bf16_matmuls():
+    """oneDNN 2.6 has bf16 matmuls from AVX-512 (avx512_core) on; elsewhere masque refuses them."""
+    with open("/proc/cpuinfo") as f:
+        flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    return all(flag in flags for flag in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
+
+
 def peers_for(dtype):
     # The plain code has no bf16 linears. int8 runs on both: PyTorch's dynamic quantization
     # (torch_lm.py --dtype int8), plain on the default quantized engine, tuned on the faster
@@ -450,6 +457,10 @@ def main():
     for dtype in a.dtypes:
         if dtype not in DTYPES:
             ap.error(f"--dtypes: {dtype!r} is not one of {', '.join(DTYPES)}")
+    if "bf16" in a.dtypes and not a.report and not cpu_has_bf16_matmuls():
+        print("bench: skipping bf16: this CPU has no AVX-512, so oneDNN 2.6 (and masque) has no "
+              "bf16 matmul here", file=sys.stderr)
+        a.dtypes.remove("bf16")
     parts = a.only.split(",")
     path = os.path.join(a.scratch, "results.json")
     if a.report:
