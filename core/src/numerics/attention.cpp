@@ -410,12 +410,13 @@ void validate(const AttentionDims& dims, const MaskView& m, SeqView q, SeqView k
 // bookkeeping: the key span and the mask are evaluated once per head, and every dot product is
 // shorter than one vector. For multi-head attention with such heads, one query token is done
 // for all heads at once instead: the rule is evaluated once per key, and each key costs a few
-// vector operations on the H*d features, 16 lanes at a time. A head's score is broadcast over
+// vector operations on the H*d features, 8 lanes at a time (one AVX2 register: GCC lowers wider
+// generic vectors on AVX2 through the stack, 3x slower than 8 lanes). A head's score is broadcast over
 // its d lanes (a butterfly of lane swaps), so the softmax and the weighted sum run on whole
 // feature vectors too. The lane loops use explicit vectors: GCC's unroll-and-jam otherwise
 // turns the short inner loops into scalar code.
 
-constexpr std::int32_t kLanes = 16;
+constexpr std::int32_t kLanes = 8;
 
 bool small_heads(const AttentionDims& dims) {
   const std::int32_t d = dims.head_dim;
@@ -423,7 +424,7 @@ bool small_heads(const AttentionDims& dims) {
          dims.heads * d % kLanes == 0;
 }
 
-// Vectors of 16 floats (GCC/Clang vector extensions), only passed to always-inlined helpers:
+// Vectors of 8 floats (GCC/Clang vector extensions), only passed to always-inlined helpers:
 // the ABI of passing them to a real function does not matter. (GCC reports it at the end of the
 // file, so the warning cannot be silenced for this section alone.)
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -455,9 +456,9 @@ using LaneIndex = std::int32_t __attribute__((vector_size(kLanes * sizeof(std::i
 // Every lane gets the sum of its group of d consecutive lanes (d = 1, 2, 4 or 8; a constant
 // once inlined).
 [[gnu::always_inline]] inline Lanes group_sum(Lanes x, std::int32_t d) {
-  if (d >= 2) x += MASQUE_SWAP_LANES(x, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
-  if (d >= 4) x += MASQUE_SWAP_LANES(x, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
-  if (d >= 8) x += MASQUE_SWAP_LANES(x, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+  if (d >= 2) x += MASQUE_SWAP_LANES(x, 1, 0, 3, 2, 5, 4, 7, 6);
+  if (d >= 4) x += MASQUE_SWAP_LANES(x, 2, 3, 0, 1, 6, 7, 4, 5);
+  if (d >= 8) x += MASQUE_SWAP_LANES(x, 4, 5, 6, 7, 0, 1, 2, 3);
   return x;
 }
 #undef MASQUE_SWAP_LANES
@@ -564,7 +565,7 @@ void run_small_heads(const Problem& p, std::int32_t b, std::int32_t i) {
     std::fill(o, o + f, 0.0f);
     return;
   }
-  // Scores, then the lane maxima and totals; 64-byte aligned for the vector loops.
+  // Scores, then the lane maxima and totals; aligned to a vector for the lane loops.
   scratch.resize(std::max<std::size_t>(scratch.size(), (std::size_t{2} + n) * f + kLanes));
   const auto misaligned = reinterpret_cast<std::uintptr_t>(scratch.data()) / sizeof(float) % kLanes;
   float* s = scratch.data() + (kLanes - misaligned) % kLanes;
