@@ -121,6 +121,28 @@ void bench_matmul(const Options& o, std::int64_t m, std::int64_t k, std::int64_t
     matmul.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, packed}, {DNNL_ARG_DST, dst}});
     stream.wait();
   });
+  // oneDNN's other f32 product: a 1x1 convolution over the rows as pixels (nhwc is [rows, in]),
+  // weights packed the same way. Without AVX-512 it beats the matmul (gemm:jit there) and
+  // Linear uses it; the faster of the two is the yardstick.
+  const auto kind = dnnl::prop_kind::forward_inference;
+  const dnnl::memory::desc image_md({1, k, 1, m}, f32, tag::nhwc),
+      out_md({1, n, 1, m}, f32, tag::nhwc);
+  const dnnl::convolution_forward::primitive_desc cpd(
+      dnnl::convolution_forward::desc(kind, dnnl::algorithm::convolution_direct, image_md,
+                                      dnnl::memory::desc({n, k, 1, 1}, f32, tag::any), out_md,
+                                      {1, 1}, {0, 0}, {0, 0}),
+      engine);
+  dnnl::memory oihw({{n, k, 1, 1}, f32, tag::oihw}, engine, const_cast<float*>(w.f32()));
+  dnnl::memory conv_weights(cpd.weights_desc(), engine);
+  dnnl::reorder(oihw, conv_weights).execute(stream, oihw, conv_weights);
+  stream.wait();
+  const dnnl::convolution_forward convolution(cpd);
+  dnnl::memory image(image_md, engine, const_cast<float*>(x.f32())), out(out_md, engine, y.f32());
+  report(o, "matmul-onednn-conv", shape, 2.0 * m * k * n, [&] {
+    convolution.execute(
+        stream, {{DNNL_ARG_SRC, image}, {DNNL_ARG_WEIGHTS, conv_weights}, {DNNL_ARG_DST, out}});
+    stream.wait();
+  });
 }
 
 // Independent FMA chains, enough to keep two FMA units busy (latency 4 x 2 ports); the
@@ -206,13 +228,27 @@ __attribute__((target("avx512f"))) float read_sum_avx512(const float* p, std::si
   return sum;
 }
 
+// The same with AVX2 (eight accumulators of 8 floats).
+__attribute__((target("avx2"))) float read_sum_avx2(const float* p, std::size_t n) {
+  __m256 a[8];
+  for (auto& v : a) v = _mm256_setzero_ps();
+  for (std::size_t i = 0; i < n; i += 64)
+    for (int j = 0; j < 8; ++j) a[j] = _mm256_add_ps(a[j], _mm256_load_ps(p + i + 8 * j));
+  float lanes[8], sum = 0.0f;
+  for (int j = 1; j < 8; ++j) a[0] = _mm256_add_ps(a[0], a[j]);
+  _mm256_storeu_ps(lanes, a[0]);
+  for (float x : lanes) sum += x;
+  return sum;
+}
+
 // The read bandwidth `threads` cores get from memory: each sums its share of a buffer larger
 // than this VM's last-level cache. A one-row product streams its weights once, so this is the
 // ceiling of decoding speed. Reported in GB/s (in the GFLOP/s column).
 void bench_read_bandwidth(const Options& o) {
   constexpr std::size_t kBytes = std::size_t{1} << 30;
   const std::string shape = "read 1024 MB";
-  if (!__builtin_cpu_supports("avx512f") || !selected(o, "bandwidth", shape)) return;
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (!(avx512 || __builtin_cpu_supports("avx2")) || !selected(o, "bandwidth", shape)) return;
   const std::size_t n = kBytes / sizeof(float), share = n / o.threads / 64 * 64;
   void* raw = std::aligned_alloc(2 << 20, kBytes);
   if (raw == nullptr) return;
@@ -222,7 +258,10 @@ void bench_read_bandwidth(const Options& o) {
   std::vector<float> sums(o.threads);
   volatile float sink = 0.0f;
   report(o, "bandwidth", shape, static_cast<double>(share * o.threads * sizeof(float)), [&] {
-    run_team(o.threads, [&](int t) { sums[t] = read_sum_avx512(data + t * share, share); });
+    run_team(o.threads, [&](int t) {
+      sums[t] = avx512 ? read_sum_avx512(data + t * share, share)
+                       : read_sum_avx2(data + t * share, share);
+    });
     for (float x : sums) sink = sink + x;
   });
   std::free(raw);

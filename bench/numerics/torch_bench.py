@@ -26,7 +26,10 @@ import time
 TSV_FIELDS = ("kind", "shape", "threads", "seconds", "gflops")
 
 # The figures the issue quotes for oneDNN 2.6 f32 matmuls with pre-packed weights (measured on
-# the AMD Zen 5 of DESIGN.md), and the targets against them and against PyTorch.
+# the AMD Zen 5 of DESIGN.md, 90-99% of its FMA peak), and the targets against them and against
+# PyTorch. On a CPU whose measured FMA peak is below the quoted figure nobody can reach it; there
+# the yardstick is the best f32 product oneDNN gives in the same run with pre-packed weights
+# (its matmul or its 1x1 convolution, driven directly).
 QUOTED_ONEDNN = {1: 220.0, 2: 430.0}
 TARGET_OF_QUOTED = 0.85
 TARGET_RATIO = 1.0
@@ -185,8 +188,24 @@ def compare(masque_path, torch_specs):
     header = ["case", "shape", "threads", "masque"]
     for label, _ in peers:
         header += [f"torch ({label})", "ratio"]
-    header += ["% of quoted oneDNN"]
+    header += ["% of oneDNN yardstick"]
     rows = []
+
+    def measured(kind, threads):
+        return next((v for (k, _, t), v in masque.items() if k == kind and t == threads), None)
+
+    def onednn_yardstick(shape, threads):
+        """(GFLOP/s, what it is) the large-shape target is measured against."""
+        peak = measured("peak", threads)
+        if threads in QUOTED_ONEDNN and (peak is None or peak >= QUOTED_ONEDNN[threads]):
+            return QUOTED_ONEDNN[threads], "the quoted oneDNN figure"
+        direct = [masque.get((k, shape, threads)) for k in ("matmul-onednn", "matmul-onednn-conv")]
+        direct = [d for d in direct if d]
+        if not direct:
+            return None, ""
+        return max(direct), f"oneDNN's best here (FMA peak {peak:.0f} < quoted {QUOTED_ONEDNN.get(threads, 0):.0f})"
+
+    notes = set()
     for key, g in masque.items():
         kind, shape, threads = key
         if kind not in ("matmul", "attention"):
@@ -201,48 +220,50 @@ def compare(masque_path, torch_specs):
             row += [f"{t:.1f}", f"{ratio:.2f}"]
             if ratio < TARGET_RATIO:
                 misses.append(f"{kind} {shape}, {threads} thread(s): {ratio:.2f}x torch {label}")
-        if kind == "matmul" and threads in QUOTED_ONEDNN:
-            share = g / QUOTED_ONEDNN[threads]
+        yardstick, what = onednn_yardstick(shape, threads) if kind == "matmul" else (None, "")
+        if yardstick:
+            share = g / yardstick
             row.append(f"{100 * share:.0f}%")
+            notes.add(f"{threads} thread(s): {what}")
             if shape in LARGE_SHAPES and share < TARGET_OF_QUOTED:
                 misses.append(f"{kind} {shape}, {threads} thread(s): {100 * share:.0f}% of "
-                              f"{QUOTED_ONEDNN[threads]:.0f} GFLOP/s (target "
+                              f"{yardstick:.0f} GFLOP/s, {what} (target "
                               f"{100 * TARGET_OF_QUOTED:.0f}%)")
         else:
             row.append("-")
         rows.append(row)
     table(header, rows, 3)
+    print("\noneDNN yardstick: " + "; ".join(sorted(notes)))
 
     # Yardsticks measured in this run: the FMA peak of this CPU, its read bandwidth from memory
     # (the ceiling of one-row products, which stream their weights: 4 bytes per 2 flops) and
     # oneDNN driven directly.
     print()
-    header = ["shape", "threads", "masque", "oneDNN direct", "masque / oneDNN",
-              "% of FMA peak", "oneDNN % of FMA peak", "one row: weights GB/s, % of read"]
+    header = ["shape", "threads", "masque", "oneDNN matmul", "oneDNN 1x1 conv",
+              "masque / best", "% of FMA peak", "best % of FMA peak",
+              "one row: weights GB/s, % of read"]
     rows = []
-
-    def yardstick(kind, threads):
-        return next((v for (k, _, t), v in masque.items() if k == kind and t == threads), None)
 
     for (kind, shape, threads), g in masque.items():
         if kind != "matmul":
             continue
-        direct = masque.get(("matmul-onednn", shape, threads))
-        peak, read = yardstick("peak", threads), yardstick("bandwidth", threads)
+        matmul = masque.get(("matmul-onednn", shape, threads))
+        conv = masque.get(("matmul-onednn-conv", shape, threads))
+        direct = max([d for d in (matmul, conv) if d], default=None)
+        peak, read = measured("peak", threads), measured("bandwidth", threads)
         stream = ""
         if shape.startswith("1x") and read:
             stream = f"{2 * g:.1f}, {100 * 2 * g / read:.0f}%"
         rows.append([shape, str(threads), f"{g:.1f}",
-                     f"{direct:.1f}" if direct else "-",
+                     f"{matmul:.1f}" if matmul else "-", f"{conv:.1f}" if conv else "-",
                      f"{g / direct:.2f}" if direct else "-",
                      f"{100 * g / peak:.0f}%" if peak else "-",
                      f"{100 * direct / peak:.0f}%" if peak and direct else "-", stream])
     for (kind, shape, threads), g in masque.items():
         if kind == "peak":
-            rows.append([f"FMA peak ({shape}), GFLOP/s", str(threads), f"{g:.1f}", "", "", "",
-                         "", ""])
+            rows.append([f"FMA peak ({shape}), GFLOP/s", str(threads), f"{g:.1f}"] + [""] * 6)
         if kind == "bandwidth":
-            rows.append([f"memory {shape}, GB/s", str(threads), f"{g:.1f}", "", "", "", "", ""])
+            rows.append([f"memory {shape}, GB/s", str(threads), f"{g:.1f}"] + [""] * 6)
     table(header, rows, 2)
 
     print()
