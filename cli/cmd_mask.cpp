@@ -66,7 +66,8 @@ std::vector<std::int32_t> parse_ints(const std::string& text, const char* option
       if (used != item.size()) throw std::invalid_argument(item);
       out.push_back(v);
     } catch (const std::exception&) {
-      throw ConfigError(std::string(option) + ": expected comma-separated integers, got '" + text + "'");
+      throw ConfigError(std::string(option) + ": expected comma-separated integers, got '" + text +
+                        "'");
     }
   }
   return out;
@@ -76,17 +77,17 @@ std::vector<std::int32_t> parse_ints(const std::string& text, const char* option
 
 int cmd_mask(int argc, char** argv) {
   po::options_description o("Options");
-  o.add_options()
-      ("help,h", "this help")
-      ("strategy", po::value<std::string>(), "the mask plugin (causal, seq2seq, permutation, ...)")
-      ("set,s", po::value<std::vector<std::string>>()->composing(),
-       "key=value: a parameter of the strategy (repeatable)")
-      ("order", po::value<std::string>(), "shortcut for --set order=... (permutation)")
-      ("seed", po::value<std::string>(), "shortcut for --set seed=... (random orders)")
-      ("segments", po::value<std::string>(), "segment id per token, e.g. 0,0,0,1,1 (seq2seq)")
-      ("record-id", po::value<std::uint64_t>()->default_value(0), "record number (seeds random orders)")
-      ("format,f", po::value<std::string>()->default_value("grid"), "grid or json")
-      ("allow-plugin-file", po::bool_switch(), "allow --strategy to name a library file");
+  o.add_options()("help,h", "this help")("strategy", po::value<std::string>(),
+                                         "the mask plugin (causal, seq2seq, permutation, ...)")(
+      "set,s", po::value<std::vector<std::string>>()->composing(),
+      "key=value: a parameter of the strategy (repeatable)")(
+      "order", po::value<std::string>(), "shortcut for --set order=... (permutation)")(
+      "seed", po::value<std::string>(), "shortcut for --set seed=... (random orders)")(
+      "segments", po::value<std::string>(), "segment id per token, e.g. 0,0,0,1,1 (seq2seq)")(
+      "record-id", po::value<std::uint64_t>()->default_value(0),
+      "record number (seeds random orders)")(
+      "format,f", po::value<std::string>()->default_value("grid"), "grid or json")(
+      "allow-plugin-file", po::bool_switch(), "allow --strategy to name a library file");
   po::options_description hidden;
   hidden.add_options()("tokens", po::value<std::vector<std::string>>());
   po::positional_options_description pos;
@@ -96,9 +97,11 @@ int cmd_mask(int argc, char** argv) {
     std::cout << kHelp << "\n" << o << "\n";
     return kExitOk;
   }
-  if (!vm.count("strategy")) throw ConfigError("masque mask: --strategy is required (see masque mask --help)");
+  if (!vm.count("strategy"))
+    throw ConfigError("masque mask: --strategy is required (see masque mask --help)");
   const std::string format = vm["format"].as<std::string>();
-  if (format != "grid" && format != "json") throw ConfigError("--format: expected grid or json, got '" + format + "'");
+  if (format != "grid" && format != "json")
+    throw ConfigError("--format: expected grid or json, got '" + format + "'");
   std::vector<std::string> tokens;
   if (vm.count("tokens")) tokens = vm["tokens"].as<std::vector<std::string>>();
 
@@ -112,7 +115,8 @@ int cmd_mask(int argc, char** argv) {
   if (vm.count("order")) load.sets.push_back("mask.order=" + vm["order"].as<std::string>());
   if (vm.count("seed")) load.sets.push_back("mask.seed=" + vm["seed"].as<std::string>());
   auto registry = open_registry(false);
-  Pipeline pipeline = load_pipeline({"", "<command line>", fs::current_path()}, load, *registry, task_specs());
+  Pipeline pipeline =
+      load_pipeline({"", "<command line>", fs::current_path()}, load, *registry, task_specs());
   Plugins plugins = create_plugins(pipeline, *registry);
 
   std::vector<std::int32_t> segments;
@@ -167,7 +171,9 @@ int cmd_mask(int argc, char** argv) {
     for (auto p : mask.order) std::cout << " " << p;
     std::cout << " (";
     for (std::size_t t = 0; t < mask.order.size(); ++t)
-      std::cout << (t ? " → " : "") << (static_cast<std::size_t>(mask.order[t]) < tokens.size() ? tokens[mask.order[t]] : "?");
+      std::cout << (t ? " → " : "")
+                << (static_cast<std::size_t>(mask.order[t]) < tokens.size() ? tokens[mask.order[t]]
+                                                                            : "?");
     std::cout << ")";
   }
   std::cout << "; rows = queries, columns = keys, ■ = may attend\n";
@@ -201,7 +207,8 @@ int cmd_mask(int argc, char** argv) {
   print_line(names);
   for (std::size_t i = 0; i < n; ++i) {
     std::string idx = std::to_string(i);
-    std::string line = std::string(index_w - idx.size(), ' ') + idx + " " + pad(labels[i], label_w) + "  ";
+    std::string line =
+        std::string(index_w - idx.size(), ' ') + idx + " " + pad(labels[i], label_w) + "  ";
     for (std::size_t k = 0; k < n; ++k) line += pad(mask.allowed(i, k) ? "■" : "·", cell_w);
     print_line(line);
   }

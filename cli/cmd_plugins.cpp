@@ -19,9 +19,12 @@ namespace {
 std::string range_text(const ParamSpec& p) {
   std::ostringstream os;
   bool lo = std::isfinite(p.min), hi = std::isfinite(p.max);
-  if (lo && hi) os << "[" << p.min << ", " << p.max << "]";
-  else if (lo) os << ">= " << p.min;
-  else if (hi) os << "<= " << p.max;
+  if (lo && hi)
+    os << "[" << p.min << ", " << p.max << "]";
+  else if (lo)
+    os << ">= " << p.min;
+  else if (hi)
+    os << "<= " << p.max;
   return os.str();
 }
 
@@ -74,7 +77,9 @@ nlohmann::ordered_json params_json(const ParamSpec* params, std::size_t count) {
     j["name"] = p.name;
     j["type"] = to_string(p.type);
     j["required"] = (p.flags & kParamRequired) != 0;
-    j["default"] = p.flags & kParamRequired ? nlohmann::ordered_json() : nlohmann::ordered_json(p.default_value ? p.default_value : "");
+    j["default"] = p.flags & kParamRequired
+                       ? nlohmann::ordered_json()
+                       : nlohmann::ordered_json(p.default_value ? p.default_value : "");
     if (std::isfinite(p.min)) j["min"] = p.min;
     if (std::isfinite(p.max)) j["max"] = p.max;
     if (p.choices) j["choices"] = p.choices;
@@ -113,10 +118,14 @@ void print_plugin(const PluginEntry& e) {
 
 int kind_order(PluginKind k) {
   switch (k) {
-    case PluginKind::tokenizer: return 0;
-    case PluginKind::mask: return 1;
-    case PluginKind::model: return 2;
-    case PluginKind::decoder: return 3;
+    case PluginKind::tokenizer:
+      return 0;
+    case PluginKind::mask:
+      return 1;
+    case PluginKind::model:
+      return 2;
+    case PluginKind::decoder:
+      return 3;
   }
   return 4;
 }
@@ -165,7 +174,8 @@ int cmd_plugins(int argc, char** argv) {
     if (entries.size() > 1) {
       std::string files;
       for (auto* e : entries) files += "\n  " + e->file.string();
-      std::fprintf(stderr, "masque: error: two plugins provide %s:%s\n", key.c_str(), files.c_str());
+      std::fprintf(stderr, "masque: error: two plugins provide %s:%s\n", key.c_str(),
+                   files.c_str());
       status = kExitUsage;
     }
 
@@ -178,7 +188,8 @@ int cmd_plugins(int argc, char** argv) {
     std::vector<const PluginEntry*> found;
     auto slash = name.find('/');
     for (const auto& e : registry->plugins()) {
-      if (slash == std::string::npos ? name == e.descriptor->name : name == e.key()) found.push_back(&e);
+      if (slash == std::string::npos ? name == e.descriptor->name : name == e.key())
+        found.push_back(&e);
     }
     if (found.empty()) {
       std::string all;
@@ -212,7 +223,8 @@ int cmd_plugins(int argc, char** argv) {
   }
   std::size_t w = 4;
   for (auto* e : all) w = std::max(w, std::string(e->descriptor->name).size());
-  std::printf("%-10s %-*s %-8s %s\n", "KIND", static_cast<int>(w), "NAME", "VERSION", "DESCRIPTION");
+  std::printf("%-10s %-*s %-8s %s\n", "KIND", static_cast<int>(w), "NAME", "VERSION",
+              "DESCRIPTION");
   PluginKind last = PluginKind::tokenizer;
   bool first = true;
   for (auto* e : all) {
@@ -259,7 +271,8 @@ int cmd_tasks(int argc, char** argv) {
       std::string req, opt;
       for (const auto& s : t.spec.required_sections) {
         auto d = t.spec.default_plugins.find(s);
-        req += (req.empty() ? "" : ", ") + s + (d != t.spec.default_plugins.end() ? " (default " + d->second + ")" : "");
+        req += (req.empty() ? "" : ", ") + s +
+               (d != t.spec.default_plugins.end() ? " (default " + d->second + ")" : "");
       }
       for (const auto& s : t.spec.optional_sections) opt += (opt.empty() ? "" : ", ") + s;
       std::cout << "  sections     " << req << (opt.empty() ? "" : "; optional: " + opt) << "\n";
@@ -270,7 +283,8 @@ int cmd_tasks(int argc, char** argv) {
     for (const auto& t : catalog) all += (all.empty() ? "" : ", ") + t.spec.name;
     throw ConfigError("no task named '" + name + "'; available: " + all);
   }
-  for (const auto& t : catalog) std::printf("%-14s %s\n", t.spec.name.c_str(), t.spec.description.c_str());
+  for (const auto& t : catalog)
+    std::printf("%-14s %s\n", t.spec.name.c_str(), t.spec.description.c_str());
   return kExitOk;
 }
 

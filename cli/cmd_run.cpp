@@ -29,14 +29,13 @@ Exit codes: 0 ok; 1 some records failed; 2 usage or configuration error; 3 runti
 
 int cmd_run(int argc, char** argv) {
   po::options_description pipeline_opts("Pipeline");
-  pipeline_opts.add_options()
-      ("help,h", "this help")
-      ("set,s", po::value<std::vector<std::string>>()->composing(),
-       "section.key=value: set any declared parameter (repeatable; e.g. decoder.beam_size=4, "
-       "decoder.plugin=beam, task.max_batch_size=8)")
-      ("dump-config", po::bool_switch(), "print the fully resolved pipeline and exit")
-      ("allow-plugin-file", po::bool_switch(),
-       "allow `plugin:` values that name a library file instead of an installed plugin");
+  pipeline_opts.add_options()("help,h", "this help")(
+      "set,s", po::value<std::vector<std::string>>()->composing(),
+      "section.key=value: set any declared parameter (repeatable; e.g. decoder.beam_size=4, "
+      "decoder.plugin=beam, task.max_batch_size=8)")("dump-config", po::bool_switch(),
+                                                     "print the fully resolved pipeline and exit")(
+      "allow-plugin-file", po::bool_switch(),
+      "allow `plugin:` values that name a library file instead of an installed plugin");
   po::options_description visible;
   visible.add(pipeline_opts).add(io_options());
   po::options_description hidden;
@@ -48,12 +47,14 @@ int cmd_run(int argc, char** argv) {
     std::cout << kHelp << "\n" << visible << "\n";
     return kExitOk;
   }
-  if (!vm.count("pipeline")) throw ConfigError("masque run: missing PIPELINE (see masque run --help)");
+  if (!vm.count("pipeline"))
+    throw ConfigError("masque run: missing PIPELINE (see masque run --help)");
   auto registry = open_registry(vm["quiet"].as<bool>());
   LoadOptions load;
   if (vm.count("set")) load.sets = vm["set"].as<std::vector<std::string>>();
   load.allow_plugin_files = vm["allow-plugin-file"].as<bool>();
-  Pipeline pipeline = load_pipeline_file(vm["pipeline"].as<std::string>(), load, *registry, task_specs());
+  Pipeline pipeline =
+      load_pipeline_file(vm["pipeline"].as<std::string>(), load, *registry, task_specs());
   if (vm["dump-config"].as<bool>()) {
     std::cout << pipeline.dump();
     return kExitOk;

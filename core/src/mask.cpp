@@ -49,7 +49,8 @@ void AttentionLayout::set_row(std::int32_t b, const SequenceMask& mask) {
     }
     std::uint8_t* d = dense.data() + static_cast<std::size_t>(b) * T * T;
     for (std::size_t i = 0; i < T; ++i)
-      for (std::size_t j = 0; j < T; ++j) d[i * T + j] = (i < n && j < n) ? mask.dense[i * n + j] : 0;
+      for (std::size_t j = 0; j < T; ++j)
+        d[i * T + j] = (i < n && j < n) ? mask.dense[i * n + j] : 0;
   } else if (!dense.empty()) {
     const std::size_t T = length;
     std::uint8_t* d = dense.data() + static_cast<std::size_t>(b) * T * T;

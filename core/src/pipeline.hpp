@@ -49,21 +49,21 @@ struct Pipeline {
 };
 
 struct PipelineSource {
-  std::string text;              // YAML
-  std::string name;              // for messages: the file path, or "<command line>"
+  std::string text;                // YAML
+  std::string name;                // for messages: the file path, or "<command line>"
   std::filesystem::path base_dir;  // relative paths in the text resolve against it
 };
 
 struct LoadOptions {
-  std::vector<std::string> sets;   // "section.key=value", applied in order
+  std::vector<std::string> sets;  // "section.key=value", applied in order
   bool require_task = true;
   bool allow_plugin_files = false;  // a `plugin:` naming a library file (opt-in)
 };
 
 // Loads and validates. Throws ConfigError listing every problem found, each with
 // file:line:column (or the --set that caused it), the key path and what was expected.
-Pipeline load_pipeline(const PipelineSource& source, const LoadOptions& options,
-                       Registry& registry, const std::vector<TaskSpec>& tasks);
+Pipeline load_pipeline(const PipelineSource& source, const LoadOptions& options, Registry& registry,
+                       const std::vector<TaskSpec>& tasks);
 Pipeline load_pipeline_file(const std::filesystem::path& file, const LoadOptions& options,
                             Registry& registry, const std::vector<TaskSpec>& tasks);
 

@@ -21,30 +21,42 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string pipeline(const char* name) { return (source_dir() / "pipelines" / name).string(); }
+std::string pipeline(const char* name) {
+  return (source_dir() / "pipelines" / name).string();
+}
 
 enum class Kind { text, empty, long_line, bad_utf8, chinese };
 
 // A deterministic corpus of `n` records with the awkward cases sprinkled in.
 std::vector<Kind> make_corpus(std::size_t n, const fs::path& file) {
   std::mt19937 rng(12345);
-  const char* words[] = {"once", "upon", "a", "time", "there", "was", "little", "girl", "named", "lily",
-                         "she", "loved", "to", "play", "in", "the", "park", "with", "her", "dog"};
+  const char* words[] = {"once", "upon",  "a",    "time", "there", "was", "little",
+                         "girl", "named", "lily", "she",  "loved", "to",  "play",
+                         "in",   "the",   "park", "with", "her",   "dog"};
   std::vector<Kind> kinds;
   std::string text;
   for (std::size_t i = 0; i < n; ++i) {
-    Kind k = i % 97 == 5 ? Kind::empty : i % 501 == 7 ? Kind::long_line : i % 333 == 11 ? Kind::bad_utf8
-           : i % 50 == 3 ? Kind::chinese : Kind::text;
+    Kind k = i % 97 == 5     ? Kind::empty
+             : i % 501 == 7  ? Kind::long_line
+             : i % 333 == 11 ? Kind::bad_utf8
+             : i % 50 == 3   ? Kind::chinese
+                             : Kind::text;
     kinds.push_back(k);
     switch (k) {
-      case Kind::empty: break;
+      case Kind::empty:
+        break;
       case Kind::long_line:
         for (int w = 0; w < 3000; ++w) text += std::string(words[rng() % 20]) + " ";
         break;
-      case Kind::bad_utf8: text += "The cat \xff\xfe sat"; break;
-      case Kind::chinese: text += "小猫在公园里玩。"; break;
+      case Kind::bad_utf8:
+        text += "The cat \xff\xfe sat";
+        break;
+      case Kind::chinese:
+        text += "小猫在公园里玩。";
+        break;
       case Kind::text:
-        for (int w = 0, m = 3 + rng() % 12; w < m; ++w) text += std::string(w ? " " : "") + words[rng() % 20];
+        for (int w = 0, m = 3 + rng() % 12; w < m; ++w)
+          text += std::string(w ? " " : "") + words[rng() % 20];
         text += ".";
         break;
     }
@@ -107,11 +119,12 @@ Spawned spawn(const std::vector<std::string>& args, Until until, Act act) {
 
 }  // namespace
 
-TEST_CASE("corpus: 10000 records with empty, very long, invalid and Chinese lines", "[e2e][corpus]") {
+TEST_CASE("corpus: 10000 records with empty, very long, invalid and Chinese lines",
+          "[e2e][corpus]") {
   auto dir = scratch_dir("corpus_10k");
   auto kinds = make_corpus(10000, dir / "in.txt");
-  auto r = run_masque({"run", pipeline("lm-score.yaml"), "-i", (dir / "in.txt").string(), "--threads", "2",
-                       "--summary", (dir / "summary.json").string()});
+  auto r = run_masque({"run", pipeline("lm-score.yaml"), "-i", (dir / "in.txt").string(),
+                       "--threads", "2", "--summary", (dir / "summary.json").string()});
   CHECK(r.exit_code == 1);  // some records failed
   auto out = parse_jsonl(r.out);
   REQUIRE(out.size() == 10000);
@@ -122,11 +135,21 @@ TEST_CASE("corpus: 10000 records with empty, very long, invalid and Chinese line
     const bool error = out[i].contains("error");
     failed += error;
     switch (kinds[i]) {
-      case Kind::empty: CHECK(out[i]["error"].get<std::string>().find("nothing to score") == 0); break;
-      case Kind::long_line: CHECK(out[i]["error"].get<std::string>().find("more than the model's maximum positions (512)") != std::string::npos); break;
-      case Kind::bad_utf8: CHECK(out[i]["error"].get<std::string>().find("invalid UTF-8 at byte 8") == 0); break;
+      case Kind::empty:
+        CHECK(out[i]["error"].get<std::string>().find("nothing to score") == 0);
+        break;
+      case Kind::long_line:
+        CHECK(out[i]["error"].get<std::string>().find(
+                  "more than the model's maximum positions (512)") != std::string::npos);
+        break;
+      case Kind::bad_utf8:
+        CHECK(out[i]["error"].get<std::string>().find("invalid UTF-8 at byte 8") == 0);
+        break;
       case Kind::chinese:
-      case Kind::text: CHECK_FALSE(error); CHECK(out[i]["ppl"].get<double>() > 1.0); break;
+      case Kind::text:
+        CHECK_FALSE(error);
+        CHECK(out[i]["ppl"].get<double>() > 1.0);
+        break;
     }
   }
   CHECK(r.err.find("masque: 10000 records, " + std::to_string(10000 - failed) + " ok, " +
@@ -138,11 +161,13 @@ TEST_CASE("corpus: 10000 records with empty, very long, invalid and Chinese line
   CHECK(summary["task"]["perplexity"].get<double>() > 1.0);
 
   // Plain text output keeps one line per record too.
-  auto text = run_masque({"run", pipeline("lm-score.yaml"), "-i", (dir / "in.txt").string(), "-q", "--format", "text"});
+  auto text = run_masque({"run", pipeline("lm-score.yaml"), "-i", (dir / "in.txt").string(), "-q",
+                          "--format", "text"});
   CHECK(std::count(text.out.begin(), text.out.end(), '\n') == 10000);
 
   // --fail-fast stops at the first failure, which is the last record written.
-  auto fast = run_masque({"run", pipeline("lm-score.yaml"), "-i", (dir / "in.txt").string(), "-q", "--fail-fast"});
+  auto fast = run_masque(
+      {"run", pipeline("lm-score.yaml"), "-i", (dir / "in.txt").string(), "-q", "--fail-fast"});
   CHECK(fast.exit_code == 1);
   auto fast_out = parse_jsonl(fast.out);
   REQUIRE(fast_out.size() == 6);  // records 0..5; record 5 is the first empty line
@@ -150,11 +175,14 @@ TEST_CASE("corpus: 10000 records with empty, very long, invalid and Chinese line
   CHECK(fast.err.find("--fail-fast") != std::string::npos);
 
   // Replacing invalid UTF-8 instead of failing the record.
-  auto replaced = run_masque({"run", pipeline("lm-score.yaml"), "-q", "--set", "task.invalid_utf8=replace"}, "The cat \xff sat\n");
+  auto replaced =
+      run_masque({"run", pipeline("lm-score.yaml"), "-q", "--set", "task.invalid_utf8=replace"},
+                 "The cat \xff sat\n");
   CHECK(replaced.exit_code == 0);
 }
 
-TEST_CASE("corpus: byte-identical output for 1 and 2 threads and batch sizes 1, 7 and 64", "[e2e][corpus]") {
+TEST_CASE("corpus: byte-identical output for 1 and 2 threads and batch sizes 1, 7 and 64",
+          "[e2e][corpus]") {
   auto dir = scratch_dir("corpus_determinism");
   make_corpus(300, dir / "in.txt");
   auto run = [&](const std::vector<std::string>& extra, const char* p) {
@@ -170,13 +198,15 @@ TEST_CASE("corpus: byte-identical output for 1 and 2 threads and batch sizes 1, 
       p = "lm-generate.yaml";
       base = {"--set", "decoder.max_new_tokens=24"};
       if (std::string(mode) == "sample")
-        base.insert(base.end(), {"--set", "decoder.plugin=sample", "--set", "decoder.seed=9", "--set", "decoder.top_k=40"});
+        base.insert(base.end(), {"--set", "decoder.plugin=sample", "--set", "decoder.seed=9",
+                                 "--set", "decoder.top_k=40"});
     }
     std::string reference;
     for (const char* batch : {"1", "7", "64"})
       for (const char* threads : {"1", "2"}) {
         auto args = base;
-        args.insert(args.end(), {"--threads", threads, "--set", std::string("task.max_batch_size=") + batch});
+        args.insert(args.end(),
+                    {"--threads", threads, "--set", std::string("task.max_batch_size=") + batch});
         std::string out = run(args, p);
         if (reference.empty()) reference = out;
         INFO("batch " << batch << ", threads " << threads);
@@ -191,13 +221,14 @@ TEST_CASE("corpus: SIGINT mid-way leaves only complete records", "[e2e][corpus]"
   std::string input;
   for (int i = 0; i < 400; ++i) input += "Once upon a time\n";
   write_file(dir / "in.txt", input);
-  auto s = spawn({"run", pipeline("lm-generate.yaml"), "-i", (dir / "in.txt").string(), "--unbuffered",
-                  "--set", "task.max_batch_size=1"},
-                 [](const std::string& out) { return std::count(out.begin(), out.end(), '\n') >= 3; },
-                 [](pid_t pid, int) {
-                   kill(pid, SIGINT);
-                   return false;
-                 });
+  auto s = spawn(
+      {"run", pipeline("lm-generate.yaml"), "-i", (dir / "in.txt").string(), "--unbuffered",
+       "--set", "task.max_batch_size=1"},
+      [](const std::string& out) { return std::count(out.begin(), out.end(), '\n') >= 3; },
+      [](pid_t pid, int) {
+        kill(pid, SIGINT);
+        return false;
+      });
   REQUIRE(WIFEXITED(s.status));
   CHECK(WEXITSTATUS(s.status) == 128 + SIGINT);
   REQUIRE(!s.out.empty());
@@ -206,7 +237,8 @@ TEST_CASE("corpus: SIGINT mid-way leaves only complete records", "[e2e][corpus]"
   CHECK(out.size() >= 3);
   CHECK(out.size() < 400);
   for (std::size_t i = 0; i < out.size(); ++i) CHECK(out[i]["id"] == i);
-  CHECK(s.err.find("interrupted after " + std::to_string(out.size()) + " complete records") != std::string::npos);
+  CHECK(s.err.find("interrupted after " + std::to_string(out.size()) + " complete records") !=
+        std::string::npos);
 }
 
 TEST_CASE("corpus: a closed output stops the run cleanly", "[e2e][corpus]") {
@@ -214,12 +246,13 @@ TEST_CASE("corpus: a closed output stops the run cleanly", "[e2e][corpus]") {
   std::string input;
   for (int i = 0; i < 3000; ++i) input += "Once upon a time there was a girl.\n";
   write_file(dir / "in.txt", input);
-  auto s = spawn({"run", pipeline("lm-score.yaml"), "-i", (dir / "in.txt").string(), "--unbuffered"},
-                 [](const std::string& out) { return out.find('\n') != std::string::npos; },
-                 [](pid_t, int fd) {
-                   close(fd);  // like `| head -1`
-                   return true;
-                 });
+  auto s = spawn(
+      {"run", pipeline("lm-score.yaml"), "-i", (dir / "in.txt").string(), "--unbuffered"},
+      [](const std::string& out) { return out.find('\n') != std::string::npos; },
+      [](pid_t, int fd) {
+        close(fd);  // like `| head -1`
+        return true;
+      });
   REQUIRE(WIFEXITED(s.status));  // not killed by SIGPIPE
   CHECK(WEXITSTATUS(s.status) == 3);
   CHECK(s.err.find("cannot write the output") != std::string::npos);
@@ -235,8 +268,9 @@ TEST_CASE("corpus: progress on a terminal only and --quiet silences it", "[e2e][
     pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
     REQUIRE(pid >= 0);
     if (pid == 0) {
-      std::vector<std::string> all{binary().string(), "run", pipeline("lm-score.yaml"), "-i",
-                                   (dir / "in.txt").string(), "-o", (dir / "out.jsonl").string()};
+      std::vector<std::string> all{
+          binary().string(),         "run", pipeline("lm-score.yaml"),   "-i",
+          (dir / "in.txt").string(), "-o",  (dir / "out.jsonl").string()};
       if (quiet) all.push_back("--quiet");
       std::vector<char*> argv;
       for (auto& a : all) argv.push_back(a.data());
@@ -267,10 +301,14 @@ TEST_CASE("corpus: progress on a terminal only and --quiet silences it", "[e2e][
   CHECK(piped.err.find("200 records") != std::string::npos);
 }
 
-TEST_CASE("corpus: formats - JSON-lines fields and TSV columns and --keep-fields", "[e2e][corpus]") {
-  auto jl = run_masque({"run", pipeline("lm-score.yaml"), "-q", "--input-format", "jsonl", "--field", "story",
-                        "--keep-fields"},
-                       R"({"story": "Once upon a time.", "source": "a"})" "\n" R"({"other": 1})" "\n");
+TEST_CASE("corpus: formats - JSON-lines fields and TSV columns and --keep-fields",
+          "[e2e][corpus]") {
+  auto jl = run_masque({"run", pipeline("lm-score.yaml"), "-q", "--input-format", "jsonl",
+                        "--field", "story", "--keep-fields"},
+                       R"({"story": "Once upon a time.", "source": "a"})"
+                       "\n"
+                       R"({"other": 1})"
+                       "\n");
   CHECK(jl.exit_code == 1);
   auto out = parse_jsonl(jl.out);
   REQUIRE(out.size() == 2);
@@ -278,16 +316,19 @@ TEST_CASE("corpus: formats - JSON-lines fields and TSV columns and --keep-fields
   CHECK(out[0]["story"] == "Once upon a time.");
   CHECK(out[1]["error"].get<std::string>().find("no 'story' field") == 0);
 
-  auto tsv = run_masque({"run", pipeline("lm-score.yaml"), "-q", "--input-format", "tsv", "--format", "tsv"},
-                        "text\tnote\nOnce upon a time.\tx\nThe end.\ty\n");
+  auto tsv = run_masque(
+      {"run", pipeline("lm-score.yaml"), "-q", "--input-format", "tsv", "--format", "tsv"},
+      "text\tnote\nOnce upon a time.\tx\nThe end.\ty\n");
   CHECK(tsv.exit_code == 0);
   CHECK(std::count(tsv.out.begin(), tsv.out.end(), '\n') == 2);
   CHECK(tsv.out.rfind("0\t", 0) == 0);
 
-  auto ids = run_masque({"run", pipeline("lm-score.yaml"), "-q", "--input-format", "ids"}, "1 403 407 261\n1 99999\n");
+  auto ids = run_masque({"run", pipeline("lm-score.yaml"), "-q", "--input-format", "ids"},
+                        "1 403 407 261\n1 99999\n");
   auto ids_out = parse_jsonl(ids.out);
   CHECK(ids_out[0]["tokens"] == 4);
-  CHECK(ids_out[1]["error"].get<std::string>().find("out of the model's vocabulary") != std::string::npos);
+  CHECK(ids_out[1]["error"].get<std::string>().find("out of the model's vocabulary") !=
+        std::string::npos);
 }
 
 TEST_CASE("corpus: output starts before the input ends (streaming)", "[e2e][corpus]") {
@@ -300,7 +341,8 @@ TEST_CASE("corpus: output starts before the input ends (streaming)", "[e2e][corp
     dup2(in_pipe[0], 0);
     dup2(out_pipe[1], 1);
     for (int fd : {in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1]}) close(fd);
-    std::string bin = binary().string(), run = "run", p = pipeline("lm-score.yaml"), q = "-q", u = "--unbuffered";
+    std::string bin = binary().string(), run = "run", p = pipeline("lm-score.yaml"), q = "-q",
+                u = "--unbuffered";
     char* argv[] = {bin.data(), run.data(), p.data(), q.data(), u.data(), nullptr};
     execv(argv[0], argv);
     _exit(127);
@@ -316,8 +358,10 @@ TEST_CASE("corpus: output starts before the input ends (streaming)", "[e2e][corp
   while (got.find('\n') == std::string::npos &&
          std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
     ssize_t n = read(out_pipe[0], buf, sizeof buf);
-    if (n > 0) got.append(buf, static_cast<std::size_t>(n));
-    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (n > 0)
+      got.append(buf, static_cast<std::size_t>(n));
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   CHECK(got.find("\"id\":0") != std::string::npos);  // while stdin is still open
   close(in_pipe[1]);

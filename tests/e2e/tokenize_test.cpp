@@ -34,13 +34,17 @@ TEST_CASE("tokenize: every reference vector through the CLI", "[e2e][tokenize]")
   const std::vector<Case> cases = {
       {"gpt2/vectors.jsonl", {"--tokenizer", "bpe", "--set", "path=" + tok + "/gpt2"}},
       {"bert-base-uncased/vectors.jsonl",
-       {"--tokenizer", "wordpiece", "--set", "vocab=" + tok + "/bert-base-uncased/vocab.txt", "--set", "lowercase=true"}},
+       {"--tokenizer", "wordpiece", "--set", "vocab=" + tok + "/bert-base-uncased/vocab.txt",
+        "--set", "lowercase=true"}},
       {"bert-base-chinese/vectors.jsonl",
-       {"--tokenizer", "wordpiece", "--set", "vocab=" + tok + "/bert-base-chinese/vocab.txt", "--set", "lowercase=false"}},
+       {"--tokenizer", "wordpiece", "--set", "vocab=" + tok + "/bert-base-chinese/vocab.txt",
+        "--set", "lowercase=false"}},
       {"bert-base-chinese/vectors_lowercase.jsonl",
-       {"--tokenizer", "wordpiece", "--set", "vocab=" + tok + "/bert-base-chinese/vocab.txt", "--set", "lowercase=true"}},
+       {"--tokenizer", "wordpiece", "--set", "vocab=" + tok + "/bert-base-chinese/vocab.txt",
+        "--set", "lowercase=true"}},
       {"stories260k/vectors.jsonl",
-       {"--tokenizer", "sentencepiece", "--set", "path=" + (shared_dir() / "models/stories260k").string()}},
+       {"--tokenizer", "sentencepiece", "--set",
+        "path=" + (shared_dir() / "models/stories260k").string()}},
   };
   for (const auto& c : cases) {
     INFO(c.file);
@@ -60,14 +64,17 @@ TEST_CASE("tokenize: every reference vector through the CLI", "[e2e][tokenize]")
 
 TEST_CASE("tokenize: special tokens, offsets and a pipeline's tokenizer", "[e2e][tokenize]") {
   const std::string vocab = (shared_dir() / "tokenizers/bert-base-chinese/vocab.txt").string();
-  auto with = run_masque({"tokenize", "--tokenizer", "wordpiece", "--set", "vocab=" + vocab, "-q"}, "北京欢迎你\n");
+  auto with = run_masque({"tokenize", "--tokenizer", "wordpiece", "--set", "vocab=" + vocab, "-q"},
+                         "北京欢迎你\n");
   REQUIRE(with.exit_code == 0);
   auto w = parse_jsonl(with.out).at(0);
   CHECK(w["pieces"] == json({"[CLS]", "北", "京", "欢", "迎", "你", "[SEP]"}));
   CHECK(w["offsets"] == json::parse("[[0,0],[0,3],[3,6],[6,9],[9,12],[12,15],[15,15]]"));
-  auto without = run_masque({"tokenize", "--tokenizer", "wordpiece", "--set", "vocab=" + vocab, "-q", "--no-special"},
-                            "你想吃啥 白切鸡\n");
-  CHECK(parse_jsonl(without.out).at(0)["pieces"] == json({"你", "想", "吃", "啥", "白", "切", "鸡"}));
+  auto without = run_masque(
+      {"tokenize", "--tokenizer", "wordpiece", "--set", "vocab=" + vocab, "-q", "--no-special"},
+      "你想吃啥 白切鸡\n");
+  CHECK(parse_jsonl(without.out).at(0)["pieces"] ==
+        json({"你", "想", "吃", "啥", "白", "切", "鸡"}));
 
   auto pipe = run_masque({"tokenize", (source_dir() / "pipelines/lm-score.yaml").string(), "-q"},
                          "Once upon a time, there was a little girl named Lily.\n");
@@ -75,7 +82,8 @@ TEST_CASE("tokenize: special tokens, offsets and a pipeline's tokenizer", "[e2e]
   CHECK(parse_jsonl(pipe.out).at(0)["ids"] ==
         json({1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426}));
 
-  auto bad = run_masque({"tokenize", "--tokenizer", "wordpiece", "--set", "vocab=" + vocab, "-q"}, "ok\n\xff\n");
+  auto bad = run_masque({"tokenize", "--tokenizer", "wordpiece", "--set", "vocab=" + vocab, "-q"},
+                        "ok\n\xff\n");
   CHECK(bad.exit_code == 1);
   auto lines = parse_jsonl(bad.out);
   REQUIRE(lines.size() == 2);

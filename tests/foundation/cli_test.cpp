@@ -32,7 +32,8 @@ TEST_CASE("every subcommand has --help with examples; bad usage exits 2", "[cli]
   CHECK(no_pipeline.err.find("missing PIPELINE") != std::string::npos);
   auto missing_file = run_masque({"run", "/no/such/pipeline.yaml"});
   CHECK(missing_file.exit_code == 2);
-  CHECK(missing_file.err.find("/no/such/pipeline.yaml: cannot open the pipeline file") != std::string::npos);
+  CHECK(missing_file.err.find("/no/such/pipeline.yaml: cannot open the pipeline file") !=
+        std::string::npos);
   auto none = run_masque({});
   CHECK(none.exit_code == 2);
 }
@@ -52,13 +53,14 @@ json mask_json(std::vector<std::string> args) {
 TEST_CASE("masque mask: causal over 北 京 欢 迎 你", "[cli][mask]") {
   json j = mask_json({"--strategy", "causal", "北", "京", "欢", "迎", "你"});
   CHECK(j["tokens"] == json({"北", "京", "欢", "迎", "你"}));
-  CHECK(j["allowed"] == json::parse(R"([[1,0,0,0,0],[1,1,0,0,0],[1,1,1,0,0],[1,1,1,1,0],[1,1,1,1,1]])"));
+  CHECK(j["allowed"] ==
+        json::parse(R"([[1,0,0,0,0],[1,1,0,0,0],[1,1,1,0,0],[1,1,1,1,0],[1,1,1,1,1]])"));
   CHECK(j["incremental"] == true);
 }
 
 TEST_CASE("masque mask: seq2seq over [CLS] 你 想 吃 啥 [SEP] 白 切 鸡 [SEP]", "[cli][mask]") {
-  json j = mask_json({"--strategy", "seq2seq", "--segments", "0,0,0,0,0,0,1,1,1,1", "[CLS]", "你", "想", "吃",
-                      "啥", "[SEP]", "白", "切", "鸡", "[SEP]"});
+  json j = mask_json({"--strategy", "seq2seq", "--segments", "0,0,0,0,0,0,1,1,1,1", "[CLS]", "你",
+                      "想", "吃", "啥", "[SEP]", "白", "切", "鸡", "[SEP]"});
   json expected = json::parse(R"([
     [1,1,1,1,1,1,0,0,0,0],[1,1,1,1,1,1,0,0,0,0],[1,1,1,1,1,1,0,0,0,0],
     [1,1,1,1,1,1,0,0,0,0],[1,1,1,1,1,1,0,0,0,0],[1,1,1,1,1,1,0,0,0,0],
@@ -71,23 +73,29 @@ TEST_CASE("masque mask: seq2seq over [CLS] 你 想 吃 啥 [SEP] 白 切 鸡 [SE
 }
 
 TEST_CASE("masque mask: permutation 迎 → 京 → 你 → 欢 → 北 (order 3,1,4,2,0)", "[cli][mask]") {
-  json j = mask_json({"--strategy", "permutation", "--order", "3,1,4,2,0", "北", "京", "欢", "迎", "你"});
+  json j = mask_json(
+      {"--strategy", "permutation", "--order", "3,1,4,2,0", "北", "京", "欢", "迎", "你"});
   // rank: 北 4, 京 1, 欢 3, 迎 0, 你 2; a token sees itself and the tokens before it in the order.
-  CHECK(j["allowed"] == json::parse(R"([[1,1,1,1,1],[0,1,0,1,0],[0,1,1,1,1],[0,0,0,1,0],[0,1,0,1,1]])"));
+  CHECK(j["allowed"] ==
+        json::parse(R"([[1,1,1,1,1],[0,1,0,1,0],[0,1,1,1,1],[0,0,0,1,0],[0,1,0,1,1]])"));
   CHECK(j["order"] == json({3, 1, 4, 2, 0}));
 
-  auto grid = run_masque({"mask", "--strategy", "permutation", "--order", "3,1,4,2,0", "北", "京", "欢", "迎", "你"});
+  auto grid = run_masque(
+      {"mask", "--strategy", "permutation", "--order", "3,1,4,2,0", "北", "京", "欢", "迎", "你"});
   REQUIRE(grid.exit_code == 0);
   CHECK(grid.out.find("迎 → 京 → 你 → 欢 → 北") != std::string::npos);
   CHECK(grid.out.find("3 迎  ·  ·  ·  ■  ·") != std::string::npos);
 
   auto bad = run_masque({"mask", "--strategy", "permutation", "--order", "0,1", "a", "b", "c"});
   CHECK(bad.exit_code == 2);
-  CHECK(bad.err.find("the order has 2 positions but the sequence has 3 tokens") != std::string::npos);
+  CHECK(bad.err.find("the order has 2 positions but the sequence has 3 tokens") !=
+        std::string::npos);
 }
 
-TEST_CASE("masque mask: the query stream predicts each position from the ones before it", "[cli][mask]") {
-  json j = mask_json({"--strategy", "permutation", "--order", "2,0,1", "--set", "stream=query", "a", "b", "c"});
+TEST_CASE("masque mask: the query stream predicts each position from the ones before it",
+          "[cli][mask]") {
+  json j = mask_json(
+      {"--strategy", "permutation", "--order", "2,0,1", "--set", "stream=query", "a", "b", "c"});
   CHECK(j["tokens"] == json({"a", "b", "c", "?c", "?a", "?b"}));
   // Content rows as in the plain permutation; query t sees content of steps < t and itself.
   CHECK(j["allowed"] == json::parse(R"([
@@ -98,8 +106,8 @@ TEST_CASE("masque mask: the query stream predicts each position from the ones be
 TEST_CASE("masque mask: random orders are seeded and differ per record", "[cli][mask]") {
   std::vector<std::string> tokens{"a", "b", "c", "d", "e", "f", "g", "h"};
   auto order = [&](const std::string& seed, const std::string& record) {
-    std::vector<std::string> args{"--strategy", "permutation", "--order", "random", "--seed", seed,
-                                  "--record-id", record};
+    std::vector<std::string> args{"--strategy", "permutation", "--order",     "random",
+                                  "--seed",     seed,          "--record-id", record};
     args.insert(args.end(), tokens.begin(), tokens.end());
     return mask_json(args)["order"];
   };

@@ -50,17 +50,23 @@ TEST_CASE("pipeline: unknown key", "[pipeline]") {
 TEST_CASE("pipeline: wrong type", "[pipeline]") {
   auto c = dump("wrong_type", std::string(kBase) + "  uppercase: maybe\n  limit: [1, 2]\n");
   CHECK(c.result.exit_code == 2);
-  CHECK(has(c.result.err, c.file.string() + ":4:3: tokenizer.uppercase: expected true or false, got 'maybe'"));
-  CHECK(has(c.result.err, c.file.string() + ":5:3: tokenizer.limit: expected an integer in [1, 100], got a list"));
+  CHECK(has(c.result.err,
+            c.file.string() + ":4:3: tokenizer.uppercase: expected true or false, got 'maybe'"));
+  CHECK(
+      has(c.result.err,
+          c.file.string() + ":5:3: tokenizer.limit: expected an integer in [1, 100], got a list"));
 }
 
 TEST_CASE("pipeline: value out of range", "[pipeline]") {
   auto c = dump("range", std::string(kBase) + "  limit: 101\n");
   CHECK(c.result.exit_code == 2);
-  CHECK(has(c.result.err, c.file.string() + ":4:3: tokenizer.limit: expected an integer in [1, 100], got 101"));
-  auto task = dump("range_task", "task:\n  name: tokenize\n  max_batch_size: 0\ntokenizer: test-chars\n");
+  CHECK(has(c.result.err,
+            c.file.string() + ":4:3: tokenizer.limit: expected an integer in [1, 100], got 101"));
+  auto task =
+      dump("range_task", "task:\n  name: tokenize\n  max_batch_size: 0\ntokenizer: test-chars\n");
   CHECK(task.result.exit_code == 2);
-  CHECK(has(task.result.err, ":3:3: task.max_batch_size: expected an integer in [1, 65536], got 0"));
+  CHECK(
+      has(task.result.err, ":3:3: task.max_batch_size: expected an integer in [1, 65536], got 0"));
 }
 
 TEST_CASE("pipeline: missing file", "[pipeline]") {
@@ -73,7 +79,8 @@ TEST_CASE("pipeline: missing file", "[pipeline]") {
 TEST_CASE("pipeline: structural errors", "[pipeline]") {
   auto unknown_section = dump("section", std::string(kBase) + "decodr:\n  plugin: greedy\n");
   CHECK(unknown_section.result.exit_code == 2);
-  CHECK(has(unknown_section.result.err, ":4:1: unknown section 'decodr' (did you mean 'decoder'?)"));
+  CHECK(
+      has(unknown_section.result.err, ":4:1: unknown section 'decodr' (did you mean 'decoder'?)"));
 
   auto no_task = dump("no_task", "tokenizer:\n  plugin: test-chars\n");
   CHECK(no_task.result.exit_code == 2);
@@ -104,7 +111,8 @@ TEST_CASE("pipeline: all problems are reported at once", "[pipeline]") {
   CHECK(has(c.result.err, ":6:3: tokenizer.nope"));
 }
 
-TEST_CASE("pipeline: --set sets any declared parameter, including ones the file omits", "[pipeline]") {
+TEST_CASE("pipeline: --set sets any declared parameter, including ones the file omits",
+          "[pipeline]") {
   auto c = dump("set", kBase, {"--set", "tokenizer.limit=7", "--set", "task.add_special=false"});
   REQUIRE(c.result.exit_code == 0);
   CHECK(has(c.result.out, "tokenizer:\n  plugin: test-chars\n"));
@@ -113,11 +121,14 @@ TEST_CASE("pipeline: --set sets any declared parameter, including ones the file 
 
   auto bad = dump("set_bad", kBase, {"--set", "tokenizer.lim=7"});
   CHECK(bad.result.exit_code == 2);
-  CHECK(has(bad.result.err, "--set tokenizer.lim=7: tokenizer.lim: unknown parameter of tokenizer plugin "
-                            "'test-chars' (did you mean 'limit'?)"));
+  CHECK(has(bad.result.err,
+            "--set tokenizer.lim=7: tokenizer.lim: unknown parameter of tokenizer plugin "
+            "'test-chars' (did you mean 'limit'?)"));
   auto bad_value = dump("set_value", kBase, {"--set", "tokenizer.limit=lots"});
   CHECK(bad_value.result.exit_code == 2);
-  CHECK(has(bad_value.result.err, "--set tokenizer.limit=lots: tokenizer.limit: expected an integer in [1, 100], got 'lots'"));
+  CHECK(has(
+      bad_value.result.err,
+      "--set tokenizer.limit=lots: tokenizer.limit: expected an integer in [1, 100], got 'lots'"));
   auto no_eq = dump("set_noeq", kBase, {"--set", "tokenizer.limit"});
   CHECK(no_eq.result.exit_code == 2);
   CHECK(has(no_eq.result.err, "expected section.key=value"));
@@ -127,7 +138,9 @@ TEST_CASE("pipeline: --set plugin switches plugins; later --set values apply to 
           "[pipeline]") {
   auto dir = scratch_dir("pipeline_switch");
   auto file = dir / "p.yaml";
-  write_file(file, "task: tokenize\ntokenizer: test-chars\nmask:\n  plugin: permutation\n  seed: 5\n  order: random\n");
+  write_file(file,
+             "task: tokenize\ntokenizer: test-chars\nmask:\n  plugin: permutation\n  seed: 5\n  "
+             "order: random\n");
   auto r = run_masque({"run", file.string(), "--dump-config", "--set", "mask.plugin=causal"}, "",
                       {{"MASQUE_PLUGIN_PATH", (fs::path(TEST_PLUGIN_ROOT) / "good").string()}});
   REQUIRE(r.exit_code == 0);
@@ -135,14 +148,16 @@ TEST_CASE("pipeline: --set plugin switches plugins; later --set values apply to 
   CHECK(r.out.find("seed") == std::string::npos);
   CHECK(has(r.err, "mask.seed is not a parameter of mask plugin 'causal'; dropped"));
 
-  auto back = run_masque({"run", file.string(), "--dump-config", "--set", "mask.plugin=causal",
-                          "--set", "mask.plugin=permutation", "--set", "mask.stream=query"},
-                         "", {{"MASQUE_PLUGIN_PATH", (fs::path(TEST_PLUGIN_ROOT) / "good").string()}});
+  auto back =
+      run_masque({"run", file.string(), "--dump-config", "--set", "mask.plugin=causal", "--set",
+                  "mask.plugin=permutation", "--set", "mask.stream=query"},
+                 "", {{"MASQUE_PLUGIN_PATH", (fs::path(TEST_PLUGIN_ROOT) / "good").string()}});
   REQUIRE(back.exit_code == 0);
   CHECK(has(back.out, "  stream: query\n"));
-  auto strict = run_masque({"run", file.string(), "--dump-config", "--set", "mask.plugin=causal",
-                            "--set", "mask.seed=3"},
-                           "", {{"MASQUE_PLUGIN_PATH", (fs::path(TEST_PLUGIN_ROOT) / "good").string()}});
+  auto strict =
+      run_masque({"run", file.string(), "--dump-config", "--set", "mask.plugin=causal", "--set",
+                  "mask.seed=3"},
+                 "", {{"MASQUE_PLUGIN_PATH", (fs::path(TEST_PLUGIN_ROOT) / "good").string()}});
   CHECK(strict.exit_code == 2);
   CHECK(has(strict.err, "--set mask.seed=3: mask.seed: unknown parameter of mask plugin 'causal'"));
 }
@@ -150,9 +165,12 @@ TEST_CASE("pipeline: --set plugin switches plugins; later --set values apply to 
 TEST_CASE("pipeline: ${VAR} expansion and relative paths", "[pipeline]") {
   auto dir = scratch_dir("pipeline_env");
   write_file(dir / "data" / "vocab.txt", "a\nb\n");
-  write_file(dir / "p.yaml", "task: tokenize\ntokenizer:\n  plugin: test-chars\n  vocab: ${MASQUE_TEST_SUB}/vocab.txt\n");
-  auto env = std::map<std::string, std::string>{{"MASQUE_PLUGIN_PATH", (fs::path(TEST_PLUGIN_ROOT) / "good").string()},
-                                                {"MASQUE_TEST_SUB", "data"}};
+  write_file(
+      dir / "p.yaml",
+      "task: tokenize\ntokenizer:\n  plugin: test-chars\n  vocab: ${MASQUE_TEST_SUB}/vocab.txt\n");
+  auto env = std::map<std::string, std::string>{
+      {"MASQUE_PLUGIN_PATH", (fs::path(TEST_PLUGIN_ROOT) / "good").string()},
+      {"MASQUE_TEST_SUB", "data"}};
   // Run from another directory: the path resolves against the pipeline file's folder.
   auto r = run_masque({"run", (dir / "p.yaml").string(), "--dump-config"}, "", env);
   REQUIRE(r.exit_code == 0);
@@ -166,12 +184,14 @@ TEST_CASE("pipeline: ${VAR} expansion and relative paths", "[pipeline]") {
 }
 
 TEST_CASE("pipeline: the dumped configuration loads back to itself", "[pipeline]") {
-  auto first = dump("roundtrip", std::string(kBase) + "  limit: 9\nmask:\n  plugin: permutation\n  order: 2,0,1\n");
+  auto first = dump("roundtrip", std::string(kBase) +
+                                     "  limit: 9\nmask:\n  plugin: permutation\n  order: 2,0,1\n");
   REQUIRE(first.result.exit_code == 0);
   auto dir = scratch_dir("pipeline_roundtrip2");
   write_file(dir / "p.yaml", first.result.out);
-  auto second = run_masque({"run", (dir / "p.yaml").string(), "--dump-config"}, "",
-                           {{"MASQUE_PLUGIN_PATH", (fs::path(TEST_PLUGIN_ROOT) / "good").string()}});
+  auto second =
+      run_masque({"run", (dir / "p.yaml").string(), "--dump-config"}, "",
+                 {{"MASQUE_PLUGIN_PATH", (fs::path(TEST_PLUGIN_ROOT) / "good").string()}});
   REQUIRE(second.exit_code == 0);
   auto strip_comment = [](const std::string& s) { return s.substr(s.find('\n') + 1); };
   CHECK(strip_comment(second.out) == strip_comment(first.result.out));

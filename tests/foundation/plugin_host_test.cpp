@@ -7,7 +7,9 @@ using namespace masque::test;
 namespace fs = std::filesystem;
 
 namespace {
-std::string dir(const char* scenario) { return (fs::path(TEST_PLUGIN_ROOT) / scenario).string(); }
+std::string dir(const char* scenario) {
+  return (fs::path(TEST_PLUGIN_ROOT) / scenario).string();
+}
 std::map<std::string, std::string> path_env(const std::string& value) {
   return {{"MASQUE_PLUGIN_PATH", value}};
 }
@@ -53,7 +55,8 @@ TEST_CASE("a plugin outside the plugin directory is found only through MASQUE_PL
   CHECK(without.exit_code == 2);
   CHECK(without.err.find("unknown tokenizer plugin 'test-chars'") != std::string::npos);
 
-  auto with = run_masque({"run", (scratch / "p.yaml").string(), "-q"}, "ab\n", path_env(dir("good")));
+  auto with =
+      run_masque({"run", (scratch / "p.yaml").string(), "-q"}, "ab\n", path_env(dir("good")));
   REQUIRE(with.exit_code == 0);
   auto lines = parse_jsonl(with.out);
   REQUIRE(lines.size() == 1);
@@ -132,8 +135,8 @@ TEST_CASE("a pipeline naming a library file needs --allow-plugin-file", "[plugin
   CHECK(refused.err.find("p.yaml:3:3: tokenizer.plugin: '" + lib + "' names a library file") !=
         std::string::npos);
   CHECK(refused.err.find("--allow-plugin-file") != std::string::npos);
-  auto allowed = run_masque({"run", (scratch / "p.yaml").string(), "--allow-plugin-file", "-q"}, "a\n",
-                            path_env(""));
+  auto allowed = run_masque({"run", (scratch / "p.yaml").string(), "--allow-plugin-file", "-q"},
+                            "a\n", path_env(""));
   CHECK(allowed.exit_code == 0);
   CHECK(parse_jsonl(allowed.out).at(0)["ids"] == nlohmann::json::array({1, 97}));
 }

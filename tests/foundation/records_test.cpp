@@ -47,7 +47,10 @@ TEST_CASE("a line longer than the limit becomes an error record without being ke
 }
 
 TEST_CASE("invalid UTF-8 is an error record, or replaced when asked", "[records]") {
-  std::string bad = "ab\xff" "c\xe4\xb8" "d\xed\xa0\x80";
+  std::string bad =
+      "ab\xff"
+      "c\xe4\xb8"
+      "d\xed\xa0\x80";
   auto recs = read_all(bad + "\n");
   REQUIRE(recs.size() == 1);
   CHECK(recs[0].error.find("invalid UTF-8 at byte 2") != std::string::npos);
@@ -55,14 +58,18 @@ TEST_CASE("invalid UTF-8 is an error record, or replaced when asked", "[records]
   o.replace_invalid_utf8 = true;
   auto fixed = read_all(bad + "\n", o);
   CHECK(fixed[0].error.empty());
-  CHECK(fixed[0].text == "ab\xEF\xBF\xBD" "c\xEF\xBF\xBD" "d\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  CHECK(fixed[0].text ==
+        "ab\xEF\xBF\xBD"
+        "c\xEF\xBF\xBD"
+        "d\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
   CHECK(is_valid_utf8("北京 ok"));
-  CHECK_FALSE(is_valid_utf8("\xc0\xaf"));      // overlong
+  CHECK_FALSE(is_valid_utf8("\xc0\xaf"));          // overlong
   CHECK_FALSE(is_valid_utf8("\xf4\x90\x80\x80"));  // > U+10FFFF
   CHECK(read_all(std::string("a\0b\n", 4))[0].text == std::string("a\0b", 3));
 }
 
-TEST_CASE("jsonl records: a chosen field, ids arrays, bad lines become error records", "[records]") {
+TEST_CASE("jsonl records: a chosen field, ids arrays, bad lines become error records",
+          "[records]") {
   InputOptions o;
   o.format = InputFormat::jsonl;
   o.field = "src";

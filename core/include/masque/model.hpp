@@ -62,9 +62,9 @@ class BOOST_SYMBOL_VISIBLE DecodeState {
 };
 
 struct StepInput {
-  std::span<const TokenId> tokens;             // one per row
-  std::span<const std::int32_t> positions;     // one per row; empty = each row's next position
-  std::span<const std::int32_t> token_types;   // one per row; empty = 0
+  std::span<const TokenId> tokens;            // one per row
+  std::span<const std::int32_t> positions;    // one per row; empty = each row's next position
+  std::span<const std::int32_t> token_types;  // one per row; empty = 0
   // false: the token is a query that sees the cache and itself and is not kept (predicting a
   // chosen position in a permutation order).
   bool append = true;

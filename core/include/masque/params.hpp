@@ -26,7 +26,7 @@ class BOOST_SYMBOL_VISIBLE Params {
 
   bool get_bool(const std::string& name) const;
   std::int64_t get_int(const std::string& name) const;
-  double get_number(const std::string& name) const;  // also accepts an integer value
+  double get_number(const std::string& name) const;              // also accepts an integer value
   const std::string& get_string(const std::string& name) const;  // string and path
   const std::vector<std::int64_t>& get_int_list(const std::string& name) const;
   const std::vector<std::string>& get_string_list(const std::string& name) const;

@@ -24,9 +24,9 @@ struct ByteSpan {
 
 struct Encoding {
   std::vector<TokenId> ids;
-  std::vector<std::string> pieces;       // the vocabulary entry of each id
-  std::vector<ByteSpan> offsets;         // into the text given to encode()
-  std::vector<std::int32_t> type_ids;    // segment of each token (0, or 1 for a pair's second)
+  std::vector<std::string> pieces;     // the vocabulary entry of each id
+  std::vector<ByteSpan> offsets;       // into the text given to encode()
+  std::vector<std::int32_t> type_ids;  // segment of each token (0, or 1 for a pair's second)
 };
 
 // Ids of the special tokens a tokenizer knows; -1 when it has none of that kind.

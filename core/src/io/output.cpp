@@ -30,11 +30,16 @@ namespace {
 std::string escape_tsv(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '\t') out += "\\t";
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\\') out += "\\\\";
-    else out += c;
+    if (c == '\t')
+      out += "\\t";
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\\')
+      out += "\\\\";
+    else
+      out += c;
   }
   return out;
 }
@@ -75,8 +80,10 @@ std::string render(const Result& result, OutputFormat format,
       auto add = [&](const std::string& text, const std::string& score) {
         out.append(id).append(" ||| ").append(text).append(" ||| ").append(score).append("\n");
       };
-      if (!result.error.empty()) add("", "error: " + result.error);
-      else if (result.nbest.empty()) add(result.text, "0");
+      if (!result.error.empty())
+        add("", "error: " + result.error);
+      else if (result.nbest.empty())
+        add(result.text, "0");
       char score[64];
       for (const auto& h : result.nbest) {
         std::snprintf(score, sizeof score, "%.6f", h.score);

@@ -22,18 +22,19 @@ struct NBestEntry {
 // The outcome for one input record, produced by a task.
 struct Result {
   std::uint64_t id = 0;
-  nlohmann::ordered_json object;  // the JSON-lines record ("id" first)
-  std::string text;               // the main text, for --format text / tsv / nbest
-  std::vector<NBestEntry> nbest;  // hypotheses (best first) for --format nbest
-  std::string error;              // non-empty: the record failed
-  std::uint64_t tokens = 0;       // tokens processed, for throughput
+  nlohmann::ordered_json object;       // the JSON-lines record ("id" first)
+  std::string text;                    // the main text, for --format text / tsv / nbest
+  std::vector<NBestEntry> nbest;       // hypotheses (best first) for --format nbest
+  std::string error;                   // non-empty: the record failed
+  std::uint64_t tokens = 0;            // tokens processed, for throughput
   nlohmann::ordered_json fields_kept;  // the input fields (set by the runner for --keep-fields)
 };
 
 Result error_result(std::uint64_t id, const std::string& message);
 
 // Renders a Result as the bytes of its output record(s), each ending with '\n'.
-std::string render(const Result& result, OutputFormat format, const std::vector<std::string>& tsv_columns);
+std::string render(const Result& result, OutputFormat format,
+                   const std::vector<std::string>& tsv_columns);
 
 // Writes rendered records whole; reports a closed or failing output instead of crashing.
 class OutputWriter {

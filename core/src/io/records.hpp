@@ -19,19 +19,19 @@ InputFormat parse_input_format(const std::string& name);  // ConfigError on unkn
 
 struct InputOptions {
   InputFormat format = InputFormat::text;
-  std::string field = "text";         // jsonl / tsv: the column holding the text
-  std::vector<std::string> columns;   // tsv: column names; empty = first line is a header
+  std::string field = "text";                // jsonl / tsv: the column holding the text
+  std::vector<std::string> columns;          // tsv: column names; empty = first line is a header
   std::size_t max_record_bytes = 16u << 20;  // longer lines are skipped (an error record)
-  bool replace_invalid_utf8 = false;  // else invalid UTF-8 makes an error record
+  bool replace_invalid_utf8 = false;         // else invalid UTF-8 makes an error record
 };
 
 struct Record {
-  std::uint64_t id = 0;       // 0-based record number in the input
-  std::string text;           // the text to process ("" when given as ids)
+  std::uint64_t id = 0;  // 0-based record number in the input
+  std::string text;      // the text to process ("" when given as ids)
   nlohmann::ordered_json fields = nlohmann::ordered_json::object();  // all input fields
-  std::optional<std::vector<TokenId>> ids;  // pre-tokenized input
-  std::size_t bytes = 0;      // size of the raw input line
-  std::string error;          // the record could not be read (invalid UTF-8, too long, bad JSON)
+  std::optional<std::vector<TokenId>> ids;                           // pre-tokenized input
+  std::size_t bytes = 0;                                             // size of the raw input line
+  std::string error;  // the record could not be read (invalid UTF-8, too long, bad JSON)
 };
 
 // Reads records one at a time from a stream; never holds more than one line (bounded by

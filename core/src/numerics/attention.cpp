@@ -268,8 +268,10 @@ void gap_keys(const Problem& p, const Tile& t, std::int32_t j0, std::int32_t j1,
   const TokenRole* role = p.mask.key_role + t.b * p.mask.key_stride;
   bool gap = false;
   for (std::int32_t j = j0; j < j1; ++j) {
-    if (role[j] == TokenRole::pad) gap = true;
-    else cols.push_back(j);
+    if (role[j] == TokenRole::pad)
+      gap = true;
+    else
+      cols.push_back(j);
   }
   if (!gap) cols.clear();
 }
@@ -288,8 +290,8 @@ void gather_keys(const Problem& p, const Tile& t, const std::vector<std::int32_t
   }
 }
 
-void mask_row_at(const Problem& p, const Tile& t, std::int32_t i, const std::vector<std::int32_t>& cols,
-                 float* s) {
+void mask_row_at(const Problem& p, const Tile& t, std::int32_t i,
+                 const std::vector<std::int32_t>& cols, float* s) {
   for (std::size_t c = 0; c < cols.size(); ++c)
     if (!p.mask.allowed(t.b, i, cols[c])) s[c] = kNegInf;
 }
@@ -312,7 +314,8 @@ void run_tile(const Problem& p, const Tile& t, std::vector<float>& work) {
   float* inv_sum = s + std::int64_t{t.rows} * n;
   if (gathered) gather_keys(p, t, cols, packed);
   const float* k = gathered ? packed.data() : p.k_base(t) + std::int64_t{j0} * p.k.token_stride;
-  const float* v = gathered ? packed.data() + std::int64_t{n} * d : p.v_base(t) + std::int64_t{j0} * p.v.token_stride;
+  const float* v = gathered ? packed.data() + std::int64_t{n} * d
+                            : p.v_base(t) + std::int64_t{j0} * p.v.token_stride;
   const std::int64_t ldk = gathered ? d : p.k.token_stride;
   const std::int64_t ldv = gathered ? d : p.v.token_stride;
   const bool gemm = std::int64_t{t.rows} * n * d >= kGemmMinWork;
@@ -326,13 +329,17 @@ void run_tile(const Problem& p, const Tile& t, std::vector<float>& work) {
   const bool masked = gathered || !all_visible(p, t, j0, j1);
   for (std::int32_t r = 0; r < t.rows; ++r) {
     float* row = s + std::int64_t{r} * n;
-    if (gathered) mask_row_at(p, t, p.query_of(t, r), cols, row);
-    else if (masked) mask_row(p, t, p.query_of(t, r), j0, n, row);
+    if (gathered)
+      mask_row_at(p, t, p.query_of(t, r), cols, row);
+    else if (masked)
+      mask_row(p, t, p.query_of(t, r), j0, n, row);
     inv_sum[r] = softmax_exp_row(row, n);
   }
   if (p.probs && p.probs->data) {
-    if (gathered) write_probs_at(p, t, cols, s, inv_sum);
-    else write_probs(p, t, j0, n, s, inv_sum);
+    if (gathered)
+      write_probs_at(p, t, cols, s, inv_sum);
+    else
+      write_probs(p, t, j0, n, s, inv_sum);
   }
   if (gemm) {
     sgemm('N', 'N', t.rows, d, n, 1.0f, s, n, v, ldv, p.out_row(t, 0), p.out_ld(t));
@@ -359,7 +366,8 @@ std::vector<Tile> make_tiles(const Problem& p) {
     const std::int32_t q_len = real_queries(m, b);
     if (p.group > 1 && q_len < kGroupQueriesBelow) {
       for (std::int32_t g = 0; g < p.dims.kv_heads; ++g)
-        for (std::int32_t i = 0; i < q_len; ++i) tiles.push_back({b, g * p.group, i, p.group, true});
+        for (std::int32_t i = 0; i < q_len; ++i)
+          tiles.push_back({b, g * p.group, i, p.group, true});
     } else {
       for (std::int32_t h = 0; h < p.dims.heads; ++h)
         for (std::int32_t i = 0; i < q_len; i += kBlockRows)
@@ -411,8 +419,8 @@ void validate(const AttentionDims& dims, const MaskView& m, SeqView q, SeqView k
 // shorter than one vector. For multi-head attention with such heads, one query token is done
 // for all heads at once instead: the rule is evaluated once per key, and each key costs a few
 // vector operations on the H*d features, 8 lanes at a time (one AVX2 register: GCC lowers wider
-// generic vectors on AVX2 through the stack, 3x slower than 8 lanes). A head's score is broadcast over
-// its d lanes (a butterfly of lane swaps), so the softmax and the weighted sum run on whole
+// generic vectors on AVX2 through the stack, 3x slower than 8 lanes). A head's score is broadcast
+// over its d lanes (a butterfly of lane swaps), so the softmax and the weighted sum run on whole
 // feature vectors too. The lane loops use explicit vectors: GCC's unroll-and-jam otherwise
 // turns the short inner loops into scalar code.
 

@@ -28,9 +28,9 @@ struct RunOptions {
   bool quiet = false;
   bool progress = false;  // a live status line on stderr
   bool fail_fast = false;
-  bool keep_fields = false;       // copy the input fields into each JSON output record
-  std::string summary_file;       // write the corpus summary as JSON there
-  std::uint64_t input_size = 0;   // bytes, when known (for the ETA)
+  bool keep_fields = false;      // copy the input fields into each JSON output record
+  std::string summary_file;      // write the corpus summary as JSON there
+  std::uint64_t input_size = 0;  // bytes, when known (for the ETA)
 };
 
 struct RunStats {

@@ -13,7 +13,8 @@ ThreadPool::ThreadPool(int workers, int intra_threads) {
   sigaddset(&block, SIGTERM);
   sigaddset(&block, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &block, &old);  // inherited by the new threads
-  for (int i = 0; i < workers; ++i) threads_.emplace_back([this, intra_threads] { work(intra_threads); });
+  for (int i = 0; i < workers; ++i)
+    threads_.emplace_back([this, intra_threads] { work(intra_threads); });
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 

@@ -26,7 +26,8 @@ void tokenize_item(Item& item, const Tokenizer* tokenizer, const Model* model, b
 
 // Fails the record when it has more tokens than allowed (the task's max_record_tokens, or the
 // model's maximum positions when that is 0).
-void check_length(const Item& item, std::size_t tokens, const Params& task_params, const Model& model);
+void check_length(const Item& item, std::size_t tokens, const Params& task_params,
+                  const Model& model);
 
 // An optional integer array field of a JSON-lines record ("order", "segments", ...).
 std::optional<std::vector<std::int32_t>> int_array_field(const Record& record, const char* name);
@@ -39,7 +40,7 @@ TokenId require_mask_token(const Params& task_params, const Tokenizer* tokenizer
 
 // One sequence of a batch as a task sees it.
 struct SequenceSpec {
-  std::vector<TokenId> ids;              // content tokens
+  std::vector<TokenId> ids;               // content tokens
   std::vector<std::int32_t> token_types;  // per content token, or empty
   std::vector<std::int32_t> segments;     // for the mask strategy, or empty
   std::vector<std::int32_t> order;        // explicit factorization order, or empty
@@ -88,8 +89,12 @@ class ModelStepper final : public Stepper {
   std::int32_t num_records() const override { return static_cast<std::int32_t>(records_.size()); }
   std::int32_t vocab_size() const override { return model_.info().vocab_size; }
   std::uint64_t record_id(std::int32_t record) const override { return records_[record].id; }
-  std::span<const TokenId> context(std::int32_t record) const override { return records_[record].context; }
-  std::span<const TokenId> forced_prefix(std::int32_t record) const override { return records_[record].prefix; }
+  std::span<const TokenId> context(std::int32_t record) const override {
+    return records_[record].context;
+  }
+  std::span<const TokenId> forced_prefix(std::int32_t record) const override {
+    return records_[record].prefix;
+  }
   std::int32_t max_steps(std::int32_t record) const override { return records_[record].max_steps; }
   std::vector<TokenId> default_end_tokens() const override { return end_tokens_; }
 

@@ -41,7 +41,8 @@ class FillTask final : public Task {
     Batch& b = built.batch;
     for (std::size_t i = 0; i < items.size(); ++i)
       for (std::size_t t = 0; t < items[i]->tokens.size(); ++t)
-        if (items[i]->tokens[t] == mask_token_) b.output_rows.push_back(static_cast<std::int32_t>(i * b.length + t));
+        if (items[i]->tokens[t] == mask_token_)
+          b.output_rows.push_back(static_cast<std::int32_t>(i * b.length + t));
     ForwardResult out = model_.forward(b);
     std::vector<Result> results;
     std::size_t row = 0;
@@ -94,8 +95,9 @@ std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {
 
 const TaskRegistration registration({
     .spec = {.name = "fill",
-             .description = "predict every [MASK] of each record: top-k tokens with log-probabilities "
-                            "per masked position, and the text with each [MASK] replaced by its best token",
+             .description =
+                 "predict every [MASK] of each record: top-k tokens with log-probabilities "
+                 "per masked position, and the text with each [MASK] replaced by its best token",
              .params = {{.name = "top_k",
                          .type = ParamType::integer,
                          .default_value = "5",

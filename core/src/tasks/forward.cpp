@@ -24,7 +24,9 @@ class ForwardTask final : public Task {
         hidden_(params_.get_bool("hidden_states")),
         add_special_(params_.get_bool("add_special")) {
     if (model_.info().kind == ModelKind::encoder_decoder)
-      throw ConfigError("the forward task runs decoder-only and encoder-only models; encoder-decoder models are run by seq2seq");
+      throw ConfigError(
+          "the forward task runs decoder-only and encoder-only models; encoder-decoder models are "
+          "run by seq2seq");
     query_token_ = mask_token(params_, tokenizer_);
   }
 
@@ -36,13 +38,15 @@ class ForwardTask final : public Task {
     s.ids = item.tokens;
     s.record_id = item.record.id;
     s.token_types = int_array_field(item.record, "token_type_ids").value_or(item.type_ids);
-    if (auto seg = int_array_field(item.record, "segments")) s.segments = *seg;
-    else s.segments = s.token_types;
+    if (auto seg = int_array_field(item.record, "segments"))
+      s.segments = *seg;
+    else
+      s.segments = s.token_types;
     if (auto order = int_array_field(item.record, "order")) s.order = *order;
     const std::size_t n = s.ids.size();
     if (s.token_types.size() != n)
-      throw RecordError("'token_type_ids' has " + std::to_string(s.token_types.size()) + " entries for " +
-                        std::to_string(n) + " tokens");
+      throw RecordError("'token_type_ids' has " + std::to_string(s.token_types.size()) +
+                        " entries for " + std::to_string(n) + " tokens");
     if (s.segments.size() != n)
       throw RecordError("'segments' has " + std::to_string(s.segments.size()) + " entries for " +
                         std::to_string(n) + " tokens");
@@ -115,28 +119,30 @@ std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {
 }
 
 const TaskRegistration registration({
-    .spec = {.name = "forward",
-             .description = "verification dump for any model under the pipeline's mask: per "
-                            "position the top-k ids, their logits and the log-sum-exp of all logits "
-                            "(JSON-lines records may carry ids, token_type_ids, segments, order)",
-             .params = {{.name = "top_k",
-                         .type = ParamType::integer,
-                         .default_value = "10",
-                         .help = "how many of the largest logits to list per position",
-                         .min = 1,
-                         .max = 1000000},
-                        {.name = "hidden_states",
-                         .type = ParamType::boolean,
-                         .default_value = "false",
-                         .help = "also output the model's final hidden state at every position"},
-                        {.name = "add_special",
-                         .type = ParamType::boolean,
-                         .default_value = "true",
-                         .help = "text records get the special tokens the model expects ([CLS]/[SEP], BOS)"},
-                        mask_token_param()},
-             .required_sections = {"model", "mask"},
-             .optional_sections = {"tokenizer"},
-             .default_plugins = {{"mask", "causal"}}},
+    .spec =
+        {.name = "forward",
+         .description = "verification dump for any model under the pipeline's mask: per "
+                        "position the top-k ids, their logits and the log-sum-exp of all logits "
+                        "(JSON-lines records may carry ids, token_type_ids, segments, order)",
+         .params =
+             {{.name = "top_k",
+               .type = ParamType::integer,
+               .default_value = "10",
+               .help = "how many of the largest logits to list per position",
+               .min = 1,
+               .max = 1000000},
+              {.name = "hidden_states",
+               .type = ParamType::boolean,
+               .default_value = "false",
+               .help = "also output the model's final hidden state at every position"},
+              {.name = "add_special",
+               .type = ParamType::boolean,
+               .default_value = "true",
+               .help = "text records get the special tokens the model expects ([CLS]/[SEP], BOS)"},
+              mask_token_param()},
+         .required_sections = {"model", "mask"},
+         .optional_sections = {"tokenizer"},
+         .default_plugins = {{"mask", "causal"}}},
     .create = create,
 });
 

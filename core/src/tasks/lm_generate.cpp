@@ -19,15 +19,19 @@ class LmGenerateTask final : public Task {
       throw ConfigError("lm-generate decodes incrementally, which the mask strategy '" +
                         pipeline.at("mask").entry->key() + "' does not allow (use causal)");
     if (model_.info().kind == ModelKind::encoder_decoder)
-      throw ConfigError("lm-generate needs a decoder-only or encoder-only model; use the seq2seq task for encoder-decoder models");
+      throw ConfigError(
+          "lm-generate needs a decoder-only or encoder-only model; use the seq2seq task for "
+          "encoder-decoder models");
   }
 
   void prepare(Item& item) const override {
     tokenize_item(item, tokenizer_, &model_, true);
     if (item.tokens.empty()) {
-      TokenId bos = tokenizer_ && tokenizer_->special_tokens().bos >= 0 ? tokenizer_->special_tokens().bos
-                                                                       : model_.info().bos;
-      if (bos < 0) throw RecordError("empty prompt, and neither the tokenizer nor the model has a BOS token");
+      TokenId bos = tokenizer_ && tokenizer_->special_tokens().bos >= 0
+                        ? tokenizer_->special_tokens().bos
+                        : model_.info().bos;
+      if (bos < 0)
+        throw RecordError("empty prompt, and neither the tokenizer nor the model has a BOS token");
       item.tokens = {bos};
       item.type_ids = {0};
     }
@@ -54,7 +58,8 @@ class LmGenerateTask final : public Task {
           static_cast<std::int32_t>(i * built.batch.length + items[i]->tokens.size() - 1));
     Tensor logits;
     auto state = model_.start(built.batch, &logits);
-    ModelStepper stepper(model_, std::move(state), std::move(logits), std::move(records), end_tokens());
+    ModelStepper stepper(model_, std::move(state), std::move(logits), std::move(records),
+                         end_tokens());
     std::vector<DecodeResult> decoded = decoder_.decode(stepper);
     std::vector<Result> results;
     for (std::size_t i = 0; i < items.size(); ++i) {
@@ -73,8 +78,10 @@ class LmGenerateTask final : public Task {
  private:
   std::vector<TokenId> end_tokens() const {
     std::vector<TokenId> out;
-    if (tokenizer_ && tokenizer_->special_tokens().eos >= 0) out.push_back(tokenizer_->special_tokens().eos);
-    else if (model_.info().eos >= 0) out.push_back(model_.info().eos);
+    if (tokenizer_ && tokenizer_->special_tokens().eos >= 0)
+      out.push_back(tokenizer_->special_tokens().eos);
+    else if (model_.info().eos >= 0)
+      out.push_back(model_.info().eos);
     return out;
   }
 

@@ -65,7 +65,9 @@ class LmScoreTask final : public Task {
   std::string summary_text() const override {
     auto j = summary();
     char line[256];
-    std::snprintf(line, sizeof line, "masque: lm-score: %llu records, %llu scored tokens, mean nll %.6f nats, corpus perplexity %.6f\n",
+    std::snprintf(line, sizeof line,
+                  "masque: lm-score: %llu records, %llu scored tokens, mean nll %.6f nats, corpus "
+                  "perplexity %.6f\n",
                   static_cast<unsigned long long>(j["records"].get<std::uint64_t>()),
                   static_cast<unsigned long long>(j["scored_tokens"].get<std::uint64_t>()),
                   j["mean_nll"].get<double>(), j["perplexity"].get<double>());
@@ -135,16 +137,17 @@ std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {
 }
 
 const TaskRegistration registration({
-    .spec = {.name = "lm-score",
-             .description = "score each record with a language model: {id, tokens, nll, ppl} "
-                            "(nll in nats over tokens 2..n; ppl = exp(nll / (n - 1)))",
-             .params = {{.name = "token_logprobs",
-                         .type = ParamType::boolean,
-                         .default_value = "false",
-                         .help = "also output the ids and the log-probability of every scored token"}},
-             .required_sections = {"model", "mask"},
-             .optional_sections = {"tokenizer"},
-             .default_plugins = {{"mask", "causal"}}},
+    .spec =
+        {.name = "lm-score",
+         .description = "score each record with a language model: {id, tokens, nll, ppl} "
+                        "(nll in nats over tokens 2..n; ppl = exp(nll / (n - 1)))",
+         .params = {{.name = "token_logprobs",
+                     .type = ParamType::boolean,
+                     .default_value = "false",
+                     .help = "also output the ids and the log-probability of every scored token"}},
+         .required_sections = {"model", "mask"},
+         .optional_sections = {"tokenizer"},
+         .default_plugins = {{"mask", "causal"}}},
     .create = create,
 });
 

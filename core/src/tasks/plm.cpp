@@ -26,8 +26,9 @@ std::vector<std::int32_t> resolve_order(const MaskStrategy& mask, std::int32_t s
   request.record_id = record_id;
   SequenceMask m = mask.build(request);
   if (static_cast<std::int32_t>(m.order.size()) != slots)
-    throw ConfigError("the permutation-LM tasks need a mask strategy that gives a factorization order "
-                      "(mask: {plugin: permutation})");
+    throw ConfigError(
+        "the permutation-LM tasks need a mask strategy that gives a factorization order "
+        "(mask: {plugin: permutation})");
   return m.order;
 }
 

@@ -17,7 +17,9 @@ struct Template {
   std::vector<std::int32_t> order;  // slot indexes, first to last (unused for confidence)
 };
 
-const Template& template_of(const Item& item) { return *static_cast<const Template*>(item.data.get()); }
+const Template& template_of(const Item& item) {
+  return *static_cast<const Template*>(item.data.get());
+}
 
 // One row being filled: which record, the tokens so far, and the positions filled so far.
 struct Row {
@@ -31,7 +33,11 @@ class PlmStepper final : public Stepper {
  public:
   PlmStepper(const Model& model, std::span<Item* const> items, PlmMethod method, bool confidence,
              TokenId mask_token)
-      : model_(model), items_(items), method_(method), confidence_(confidence), mask_token_(mask_token) {
+      : model_(model),
+        items_(items),
+        method_(method),
+        confidence_(confidence),
+        mask_token_(mask_token) {
     for (std::size_t i = 0; i < items.size(); ++i)
       rows_.push_back({static_cast<std::int32_t>(i), items[i]->tokens, {}, -1});
     if (method_ == PlmMethod::incremental) prefill();
@@ -48,8 +54,10 @@ class PlmStepper final : public Stepper {
   std::vector<TokenId> default_end_tokens() const override { return {}; }
 
   void logits(Tensor& out) override {
-    if (method_ == PlmMethod::visible_mask) visible_logits(out);
-    else incremental_logits(out);
+    if (method_ == PlmMethod::visible_mask)
+      visible_logits(out);
+    else
+      incremental_logits(out);
     // The positions a path fills depend only on the tokens chosen before: remember them by that
     // prefix (a decoder need not call advance() after the last step).
     for (const Row& row : rows_) {
@@ -70,7 +78,9 @@ class PlmStepper final : public Stepper {
     }
     if (method_ == PlmMethod::incremental) {
       Tensor unused;
-      model_.step(*state_, {.tokens = tokens, .positions = positions, .token_types = types, .append = true}, unused);
+      model_.step(*state_,
+                  {.tokens = tokens, .positions = positions, .token_types = types, .append = true},
+                  unused);
     }
   }
 
@@ -82,11 +92,14 @@ class PlmStepper final : public Stepper {
   }
 
   // Positions filled (in order) by the path that chose `tokens` for `record`.
-  const std::vector<std::int32_t>& positions_of(std::int32_t record, const std::vector<TokenId>& tokens) const {
+  const std::vector<std::int32_t>& positions_of(std::int32_t record,
+                                                const std::vector<TokenId>& tokens) const {
     auto paths = paths_.find(record);
-    if (paths == paths_.end() || tokens.empty()) throw RuntimeError("plm-generate: no recorded path for a hypothesis");
+    if (paths == paths_.end() || tokens.empty())
+      throw RuntimeError("plm-generate: no recorded path for a hypothesis");
     auto it = paths->second.find(std::vector<TokenId>(tokens.begin(), tokens.end() - 1));
-    if (it == paths->second.end()) throw RuntimeError("plm-generate: no recorded path for a hypothesis");
+    if (it == paths->second.end())
+      throw RuntimeError("plm-generate: no recorded path for a hypothesis");
     return it->second;
   }
 
@@ -130,11 +143,13 @@ class PlmStepper final : public Stepper {
       specs[r].ids = rows_[r].tokens;
       specs[r].token_types = items_[rows_[r].record]->type_ids;
       masks.push_back(all_visible(specs[r].ids.size()));
-      candidates[r] = confidence_ ? remaining(rows_[r]) : std::vector<std::int32_t>{fixed_next(rows_[r])};
+      candidates[r] =
+          confidence_ ? remaining(rows_[r]) : std::vector<std::int32_t>{fixed_next(rows_[r])};
     }
     BuiltBatch built = assemble_batch(specs, std::move(masks), model_.info().pad, -1);
     for (std::size_t r = 0; r < rows_.size(); ++r)
-      for (auto p : candidates[r]) built.batch.output_rows.push_back(static_cast<std::int32_t>(r * built.batch.length + p));
+      for (auto p : candidates[r])
+        built.batch.output_rows.push_back(static_cast<std::int32_t>(r * built.batch.length + p));
     ForwardResult result = model_.forward(built.batch);
     const std::int64_t v = result.logits.dim(-1);
     out = Tensor({static_cast<std::int64_t>(rows_.size()), v});
@@ -161,45 +176,58 @@ class PlmStepper final : public Stepper {
     for (std::size_t i = 0; i < items_.size(); ++i) {
       const Template& t = template_of(*items_[i]);
       for (std::size_t p = 0; p < items_[i]->tokens.size(); ++p) {
-        if (std::find(t.slots.begin(), t.slots.end(), static_cast<std::int32_t>(p)) != t.slots.end()) continue;
+        if (std::find(t.slots.begin(), t.slots.end(), static_cast<std::int32_t>(p)) !=
+            t.slots.end())
+          continue;
         specs[i].ids.push_back(items_[i]->tokens[p]);
         specs[i].token_types.push_back(items_[i]->type_ids[p]);
         positions[i].push_back(static_cast<std::int32_t>(p));
       }
-      if (specs[i].ids.empty()) throw RecordError("the incremental method needs at least one given token besides the [MASK]s");
+      if (specs[i].ids.empty())
+        throw RecordError(
+            "the incremental method needs at least one given token besides the [MASK]s");
       masks.push_back(all_visible(specs[i].ids.size()));
     }
     BuiltBatch built = assemble_batch(specs, std::move(masks), model_.info().pad, -1);
     for (std::size_t i = 0; i < items_.size(); ++i)
-      for (std::size_t k = 0; k < positions[i].size(); ++k) built.batch.positions[i * built.batch.length + k] = positions[i][k];
+      for (std::size_t k = 0; k < positions[i].size(); ++k)
+        built.batch.positions[i * built.batch.length + k] = positions[i][k];
     state_ = model_.start(built.batch, nullptr);
   }
 
   void query(const std::vector<std::int32_t>& positions, Tensor& logits) {
     std::vector<TokenId> masks(rows_.size(), mask_token_);
     std::vector<std::int32_t> types(rows_.size());
-    for (std::size_t r = 0; r < rows_.size(); ++r) types[r] = items_[rows_[r].record]->type_ids[positions[r]];
-    model_.step(*state_, {.tokens = masks, .positions = positions, .token_types = types, .append = false}, logits);
+    for (std::size_t r = 0; r < rows_.size(); ++r)
+      types[r] = items_[rows_[r].record]->type_ids[positions[r]];
+    model_.step(*state_,
+                {.tokens = masks, .positions = positions, .token_types = types, .append = false},
+                logits);
   }
 
   void incremental_logits(Tensor& out) {
     std::vector<std::vector<std::int32_t>> candidates(rows_.size());
     std::size_t most = 0;
     for (std::size_t r = 0; r < rows_.size(); ++r) {
-      candidates[r] = confidence_ ? remaining(rows_[r]) : std::vector<std::int32_t>{fixed_next(rows_[r])};
+      candidates[r] =
+          confidence_ ? remaining(rows_[r]) : std::vector<std::int32_t>{fixed_next(rows_[r])};
       most = std::max(most, candidates[r].size());
     }
     std::vector<double> best(rows_.size(), -1e300);
     Tensor logits;
     for (std::size_t c = 0; c < most; ++c) {
       std::vector<std::int32_t> positions(rows_.size());
-      for (std::size_t r = 0; r < rows_.size(); ++r) positions[r] = candidates[r][std::min(c, candidates[r].size() - 1)];
+      for (std::size_t r = 0; r < rows_.size(); ++r)
+        positions[r] = candidates[r][std::min(c, candidates[r].size() - 1)];
       query(positions, logits);
       const std::int64_t v = logits.dim(-1);
-      if (out.empty() || out.dim(0) != static_cast<std::int64_t>(rows_.size())) out = Tensor({static_cast<std::int64_t>(rows_.size()), v});
+      if (out.empty() || out.dim(0) != static_cast<std::int64_t>(rows_.size()))
+        out = Tensor({static_cast<std::int64_t>(rows_.size()), v});
       for (std::size_t r = 0; r < rows_.size(); ++r) {
         if (c >= candidates[r].size()) continue;
-        double conf = candidates[r].size() == 1 ? 0.0 : confidence({logits.f32() + r * v, static_cast<std::size_t>(v)});
+        double conf = candidates[r].size() == 1
+                          ? 0.0
+                          : confidence({logits.f32() + r * v, static_cast<std::size_t>(v)});
         if (conf > best[r]) {
           best[r] = conf;
           rows_[r].next = positions[r];
@@ -240,11 +268,14 @@ class PlmGenerateTask final : public Task {
     auto t = std::make_shared<Template>();
     for (std::size_t p = 0; p < item.tokens.size(); ++p)
       if (item.tokens[p] == mask_token_) t->slots.push_back(static_cast<std::int32_t>(p));
-    if (t->slots.empty()) throw RecordError("no [MASK] token (id " + std::to_string(mask_token_) + ") to fill in the record");
+    if (t->slots.empty())
+      throw RecordError("no [MASK] token (id " + std::to_string(mask_token_) +
+                        ") to fill in the record");
     if (!confidence_)
-      t->order = resolve_order(mask_, static_cast<std::int32_t>(t->slots.size()),
-                               int_array_field(item.record, "order").value_or(std::vector<std::int32_t>{}),
-                               item.record.id);
+      t->order =
+          resolve_order(mask_, static_cast<std::int32_t>(t->slots.size()),
+                        int_array_field(item.record, "order").value_or(std::vector<std::int32_t>{}),
+                        item.record.id);
     check_length(item, item.tokens.size(), params_, model_);
     item.cost = item.tokens.size();
     item.data = t;
@@ -259,7 +290,8 @@ class PlmGenerateTask final : public Task {
       r.id = items[i]->record.id;
       r.object["id"] = r.id;
       auto hypotheses = nlohmann::ordered_json::array();
-      for (const Hypothesis& h : decoded.at(i).hypotheses) hypotheses.push_back(describe(*items[i], stepper, static_cast<std::int32_t>(i), h));
+      for (const Hypothesis& h : decoded.at(i).hypotheses)
+        hypotheses.push_back(describe(*items[i], stepper, static_cast<std::int32_t>(i), h));
       const auto& best = hypotheses.front();
       r.object["text"] = best["text"];
       r.object["tokens"] = best["tokens"];
@@ -267,7 +299,8 @@ class PlmGenerateTask final : public Task {
       r.object["score"] = best["score"];
       if (hypotheses.size() > 1) r.object["hypotheses"] = hypotheses;
       r.text = best["text"].get<std::string>();
-      for (const auto& h : hypotheses) r.nbest.push_back({h["text"].get<std::string>(), h["score"].get<double>()});
+      for (const auto& h : hypotheses)
+        r.nbest.push_back({h["text"].get<std::string>(), h["score"].get<double>()});
       r.tokens = items[i]->tokens.size();
       results.push_back(std::move(r));
     }
@@ -311,8 +344,9 @@ class PlmGenerateTask final : public Task {
 
 std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {
   if (parse_plm_method(pipeline.task_params.get_string("method")) == PlmMethod::query_stream)
-    throw ConfigError("plm-generate fills one position per step: use method incremental (the query "
-                      "stream with the KV cache) or visible-mask");
+    throw ConfigError(
+        "plm-generate fills one position per step: use method incremental (the query "
+        "stream with the KV cache) or visible-mask");
   return std::make_unique<PlmGenerateTask>(pipeline, plugins);
 }
 
@@ -321,21 +355,23 @@ const TaskRegistration registration({
              .description = "fill the [MASK] positions of each template one at a time, in the "
                             "permutation mask's order or most-confident first, with any decoder: "
                             "{id, text, tokens, filled: [{position, id, token, logprob}], score}",
-             .params = {{.name = "method",
-                         .type = ParamType::string,
-                         .default_value = "visible-mask",
-                         .help = "visible-mask: not-yet-filled positions are visible [MASK] tokens (plain "
-                                 "BERT checkpoints); incremental: permutation LM with the KV cache — a query "
-                                 "token at the next position sees the given words and the filled ones",
-                         .choices = "visible-mask|incremental|query-stream"},
-                        {.name = "order_by",
-                         .type = ParamType::string,
-                         .default_value = "mask",
-                         .help = "mask: the permutation mask's order over the [MASK] positions (or a "
-                                 "record's `order`); confidence: the position whose best token is most "
-                                 "probable first",
-                         .choices = "mask|confidence"},
-                        mask_token_param()},
+             .params =
+                 {{.name = "method",
+                   .type = ParamType::string,
+                   .default_value = "visible-mask",
+                   .help =
+                       "visible-mask: not-yet-filled positions are visible [MASK] tokens (plain "
+                       "BERT checkpoints); incremental: permutation LM with the KV cache — a query "
+                       "token at the next position sees the given words and the filled ones",
+                   .choices = "visible-mask|incremental|query-stream"},
+                  {.name = "order_by",
+                   .type = ParamType::string,
+                   .default_value = "mask",
+                   .help = "mask: the permutation mask's order over the [MASK] positions (or a "
+                           "record's `order`); confidence: the position whose best token is most "
+                           "probable first",
+                   .choices = "mask|confidence"},
+                  mask_token_param()},
              .required_sections = {"model", "mask", "decoder"},
              .optional_sections = {"tokenizer"},
              .default_plugins = {{"mask", "permutation"}, {"decoder", "greedy"}}},

@@ -31,14 +31,19 @@ class PlmScoreTask final : public Task {
     tokenize_item(item, tokenizer_, &model_, true);
     auto input = std::make_shared<PlmInput>();
     for (std::size_t t = 0; t < item.tokens.size(); ++t)
-      if (!is_context_token(tokenizer_, item.tokens[t])) input->slots.push_back(static_cast<std::int32_t>(t));
-    if (input->slots.empty()) throw RecordError("nothing to score: the record has no (non-special) tokens");
+      if (!is_context_token(tokenizer_, item.tokens[t]))
+        input->slots.push_back(static_cast<std::int32_t>(t));
+    if (input->slots.empty())
+      throw RecordError("nothing to score: the record has no (non-special) tokens");
     if (method_ == PlmMethod::incremental && input->slots.size() == item.tokens.size())
-      throw RecordError("the incremental method needs at least one context token (e.g. [CLS]) to start from");
-    input->order = resolve_order(mask_, static_cast<std::int32_t>(input->slots.size()),
-                                 int_array_field(item.record, "order").value_or(std::vector<std::int32_t>{}),
-                                 item.record.id);
-    const std::size_t length = item.tokens.size() + (method_ == PlmMethod::query_stream ? input->slots.size() : 0);
+      throw RecordError(
+          "the incremental method needs at least one context token (e.g. [CLS]) to start from");
+    input->order =
+        resolve_order(mask_, static_cast<std::int32_t>(input->slots.size()),
+                      int_array_field(item.record, "order").value_or(std::vector<std::int32_t>{}),
+                      item.record.id);
+    const std::size_t length =
+        item.tokens.size() + (method_ == PlmMethod::query_stream ? input->slots.size() : 0);
     check_length(item, length, params_, model_);
     item.cost = length;
     item.data = input;
@@ -47,9 +52,15 @@ class PlmScoreTask final : public Task {
   std::vector<Result> process(std::span<Item* const> items) const override {
     std::vector<std::vector<double>> logprobs;
     switch (method_) {
-      case PlmMethod::query_stream: logprobs = score_query_stream(items); break;
-      case PlmMethod::incremental: logprobs = score_incremental(items); break;
-      case PlmMethod::visible_mask: logprobs = score_visible_mask(items); break;
+      case PlmMethod::query_stream:
+        logprobs = score_query_stream(items);
+        break;
+      case PlmMethod::incremental:
+        logprobs = score_incremental(items);
+        break;
+      case PlmMethod::visible_mask:
+        logprobs = score_visible_mask(items);
+        break;
     }
     std::vector<Result> results;
     for (std::size_t i = 0; i < items.size(); ++i) {
@@ -61,7 +72,8 @@ class PlmScoreTask final : public Task {
       r.object["id"] = r.id;
       auto pieces = nlohmann::ordered_json::array();
       for (auto p : in.slots)
-        pieces.push_back(tokenizer_ ? tokenizer_->id_to_piece(items[i]->tokens[p]) : std::to_string(items[i]->tokens[p]));
+        pieces.push_back(tokenizer_ ? tokenizer_->id_to_piece(items[i]->tokens[p])
+                                    : std::to_string(items[i]->tokens[p]));
       r.object["tokens"] = pieces;
       r.object["order"] = in.order;
       r.object["logprob"] = total;
@@ -78,7 +90,9 @@ class PlmScoreTask final : public Task {
   std::vector<std::string> tsv_columns() const override { return {"logprob", "order"}; }
 
  private:
-  static const PlmInput& input(const Item& item) { return *static_cast<const PlmInput*>(item.data.get()); }
+  static const PlmInput& input(const Item& item) {
+    return *static_cast<const PlmInput*>(item.data.get());
+  }
 
   std::vector<SequenceSpec> specs_of(std::span<Item* const> items) const {
     std::vector<SequenceSpec> specs(items.size());
@@ -99,7 +113,9 @@ class PlmScoreTask final : public Task {
   std::vector<std::vector<double>> score_query_stream(std::span<Item* const> items) const {
     std::vector<SequenceSpec> specs = specs_of(items);
     std::vector<SequenceMask> masks;
-    for (Item* item : items) masks.push_back(query_stream_mask(item->tokens.size(), input(*item).slots, input(*item).order));
+    for (Item* item : items)
+      masks.push_back(
+          query_stream_mask(item->tokens.size(), input(*item).slots, input(*item).order));
     BuiltBatch built = assemble_batch(specs, std::move(masks), model_.info().pad, mask_token_);
     for (std::size_t i = 0; i < items.size(); ++i)
       for (std::size_t t = 0; t < input(*items[i]).slots.size(); ++t)
@@ -139,7 +155,8 @@ class PlmScoreTask final : public Task {
       std::vector<bool> is_slot(items[i]->tokens.size(), false);
       for (auto p : in.slots) is_slot[p] = true;
       for (std::size_t t = 0; t < items[i]->tokens.size(); ++t)
-        if (!is_slot[t]) built.batch.positions[i * built.batch.length + k++] = static_cast<std::int32_t>(t);
+        if (!is_slot[t])
+          built.batch.positions[i * built.batch.length + k++] = static_cast<std::int32_t>(t);
     }
     auto state = model_.start(built.batch, nullptr);
     std::vector<std::vector<double>> lps(items.size());
@@ -150,7 +167,8 @@ class PlmScoreTask final : public Task {
       // Drop the records whose every slot is scored.
       std::vector<std::int32_t> keep, live;
       for (std::size_t r = 0; r < rows.size(); ++r)
-        if (t < input(*items[rows[r]]).slots.size()) keep.push_back(static_cast<std::int32_t>(r)), live.push_back(rows[r]);
+        if (t < input(*items[rows[r]]).slots.size())
+          keep.push_back(static_cast<std::int32_t>(r)), live.push_back(rows[r]);
       if (live.empty()) break;
       if (live.size() != rows.size()) state->select(keep);
       rows = live;
@@ -163,9 +181,15 @@ class PlmScoreTask final : public Task {
         types[r] = item.type_ids[positions[r]];
         tokens[r] = item.tokens[positions[r]];
       }
-      model_.step(*state, {.tokens = queries, .positions = positions, .token_types = types, .append = false}, logits);
-      for (std::size_t r = 0; r < rows.size(); ++r) lps[rows[r]].push_back(row_logprob(logits, r, tokens[r]));
-      model_.step(*state, {.tokens = tokens, .positions = positions, .token_types = types, .append = true}, logits);
+      model_.step(
+          *state,
+          {.tokens = queries, .positions = positions, .token_types = types, .append = false},
+          logits);
+      for (std::size_t r = 0; r < rows.size(); ++r)
+        lps[rows[r]].push_back(row_logprob(logits, r, tokens[r]));
+      model_.step(*state,
+                  {.tokens = tokens, .positions = positions, .token_types = types, .append = true},
+                  logits);
     }
     return lps;
   }
@@ -183,12 +207,13 @@ class PlmScoreTask final : public Task {
       for (std::size_t k = 0; k < specs.size(); ++k) {
         const Item& item = *items[owner[k].first];
         const PlmInput& in = input(item);
-        built.batch.output_rows.push_back(
-            static_cast<std::int32_t>(k * built.batch.length + in.slots[in.order[owner[k].second]]));
+        built.batch.output_rows.push_back(static_cast<std::int32_t>(
+            k * built.batch.length + in.slots[in.order[owner[k].second]]));
       }
       ForwardResult out = model_.forward(built.batch);
       for (std::size_t k = 0; k < specs.size(); ++k)
-        lps[owner[k].first][owner[k].second] = row_logprob(out.logits, k, target(*items[owner[k].first], owner[k].second));
+        lps[owner[k].first][owner[k].second] =
+            row_logprob(out.logits, k, target(*items[owner[k].first], owner[k].second));
       specs.clear();
       owner.clear();
     };
@@ -199,7 +224,8 @@ class PlmScoreTask final : public Task {
         SequenceSpec s;
         s.ids = items[i]->tokens;
         s.token_types = items[i]->type_ids;
-        for (std::size_t u = t; u < in.slots.size(); ++u) s.ids[in.slots[in.order[u]]] = mask_token_;
+        for (std::size_t u = t; u < in.slots.size(); ++u)
+          s.ids[in.slots[in.order[u]]] = mask_token_;
         specs.push_back(std::move(s));
         owner.emplace_back(i, t);
         if (specs.size() >= 64) flush();
@@ -226,21 +252,24 @@ std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {
 }
 
 const TaskRegistration registration({
-    .spec = {.name = "plm-score",
-             .description = "log-likelihood of each record under a factorization order (the permutation "
-                            "mask's order, or a record's `order`): {id, tokens, order, logprob, "
-                            "token_logprobs} with token_logprobs[t] = log p(x_order[t] | x_order[<t])",
-             .params = {{.name = "method",
-                         .type = ParamType::string,
-                         .default_value = "query-stream",
-                         .help = "query-stream: one forward pass with a query token per position; "
-                                 "incremental: the same step by step with the KV cache; visible-mask: "
-                                 "for plain BERT checkpoints, positions not yet revealed are [MASK] tokens",
-                         .choices = "query-stream|incremental|visible-mask"},
-                        mask_token_param()},
-             .required_sections = {"model", "mask"},
-             .optional_sections = {"tokenizer"},
-             .default_plugins = {{"mask", "permutation"}}},
+    .spec =
+        {.name = "plm-score",
+         .description =
+             "log-likelihood of each record under a factorization order (the permutation "
+             "mask's order, or a record's `order`): {id, tokens, order, logprob, "
+             "token_logprobs} with token_logprobs[t] = log p(x_order[t] | x_order[<t])",
+         .params = {{.name = "method",
+                     .type = ParamType::string,
+                     .default_value = "query-stream",
+                     .help =
+                         "query-stream: one forward pass with a query token per position; "
+                         "incremental: the same step by step with the KV cache; visible-mask: "
+                         "for plain BERT checkpoints, positions not yet revealed are [MASK] tokens",
+                     .choices = "query-stream|incremental|visible-mask"},
+                    mask_token_param()},
+         .required_sections = {"model", "mask"},
+         .optional_sections = {"tokenizer"},
+         .default_plugins = {{"mask", "permutation"}}},
     .create = create,
 });
 

@@ -18,7 +18,9 @@ TaskRegistration::TaskRegistration(TaskEntry entry) {
   mutable_catalog().push_back(std::move(entry));
 }
 
-const std::vector<TaskEntry>& task_catalog() { return mutable_catalog(); }
+const std::vector<TaskEntry>& task_catalog() {
+  return mutable_catalog();
+}
 
 std::vector<TaskSpec> task_specs() {
   std::vector<TaskSpec> specs;
@@ -72,7 +74,8 @@ std::unique_ptr<Task> create_task(const Pipeline& pipeline, const Plugins& plugi
 }
 
 template <class T>
-std::unique_ptr<T> create_as(const Pipeline& pipeline, const Registry& registry, const char* section) {
+std::unique_ptr<T> create_as(const Pipeline& pipeline, const Registry& registry,
+                             const char* section) {
   if (!pipeline.has(section)) return nullptr;
   const PluginConfig& config = pipeline.at(section);
   std::unique_ptr<Plugin> plugin = registry.create(*config.entry, config.params);

@@ -50,7 +50,8 @@ class TokenizeTask final : public Task {
 };
 
 std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {
-  return std::make_unique<TokenizeTask>(*plugins.tokenizer, pipeline.task_params.get_bool("add_special"));
+  return std::make_unique<TokenizeTask>(*plugins.tokenizer,
+                                        pipeline.task_params.get_bool("add_special"));
 }
 
 const TaskRegistration registration({

@@ -17,7 +17,9 @@ class BidirectionalMask final : public masque::MaskStrategy {
   bool supports_incremental() const override { return false; }
 };
 
-masque::Plugin* create(const masque::Params&) { return new BidirectionalMask(); }
+masque::Plugin* create(const masque::Params&) {
+  return new BidirectionalMask();
+}
 
 const masque::PluginDescriptor* descriptor() {
   static const masque::PluginDescriptor d{

@@ -16,7 +16,9 @@ class CausalMask final : public masque::MaskStrategy {
   bool supports_incremental() const override { return true; }
 };
 
-masque::Plugin* create(const masque::Params&) { return new CausalMask(); }
+masque::Plugin* create(const masque::Params&) {
+  return new CausalMask();
+}
 
 const masque::PluginDescriptor* descriptor() {
   static const masque::PluginDescriptor d{

@@ -38,7 +38,8 @@ std::vector<std::int32_t> parse_order(const std::string& text) {
     if (ec != std::errc() || v < 0)
       throw masque::ConfigError(
           "mask.order: expected left-to-right, right-to-left, random or a comma-separated list "
-          "of positions such as 3,1,4,2,0; got '" + text + "'");
+          "of positions such as 3,1,4,2,0; got '" +
+          text + "'");
     order.push_back(v);
     p = next;
   }
@@ -66,9 +67,12 @@ class PermutationMask final : public masque::MaskStrategy {
       : seed_(static_cast<std::uint64_t>(params.get_int("seed"))),
         query_stream_(params.get_string("stream") == "query") {
     const std::string& order = params.get_string("order");
-    if (order == "left-to-right") kind_ = OrderKind::left_to_right;
-    else if (order == "right-to-left") kind_ = OrderKind::right_to_left;
-    else if (order == "random") kind_ = OrderKind::random;
+    if (order == "left-to-right")
+      kind_ = OrderKind::left_to_right;
+    else if (order == "right-to-left")
+      kind_ = OrderKind::right_to_left;
+    else if (order == "random")
+      kind_ = OrderKind::random;
     else {
       kind_ = OrderKind::explicit_order;
       explicit_ = parse_order(order);
@@ -105,7 +109,8 @@ class PermutationMask final : public masque::MaskStrategy {
     std::vector<std::int32_t> order(n);
     for (std::int32_t i = 0; i < n; ++i) order[i] = i;
     switch (kind_) {
-      case OrderKind::left_to_right: break;
+      case OrderKind::left_to_right:
+        break;
       case OrderKind::right_to_left:
         for (std::int32_t i = 0; i < n; ++i) order[i] = n - 1 - i;
         break;
@@ -117,7 +122,8 @@ class PermutationMask final : public masque::MaskStrategy {
         }
         break;
       }
-      case OrderKind::explicit_order: return explicit_;
+      case OrderKind::explicit_order:
+        return explicit_;
     }
     return order;
   }
@@ -128,7 +134,9 @@ class PermutationMask final : public masque::MaskStrategy {
   bool query_stream_ = false;
 };
 
-masque::Plugin* create(const masque::Params& params) { return new PermutationMask(params); }
+masque::Plugin* create(const masque::Params& params) {
+  return new PermutationMask(params);
+}
 
 const masque::ParamSpec kParams[] = {
     {.name = "order",

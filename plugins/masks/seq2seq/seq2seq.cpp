@@ -33,7 +33,9 @@ class Seq2SeqMask final : public masque::MaskStrategy {
   bool supports_incremental() const override { return true; }
 };
 
-masque::Plugin* create(const masque::Params&) { return new Seq2SeqMask(); }
+masque::Plugin* create(const masque::Params&) {
+  return new Seq2SeqMask();
+}
 
 const masque::PluginDescriptor* descriptor() {
   static const masque::PluginDescriptor d{

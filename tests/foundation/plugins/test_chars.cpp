@@ -25,7 +25,8 @@ class CharTokenizer final : public masque::Tokenizer {
     if (!vocab.empty()) {
       std::ifstream in(vocab);
       std::string line;
-      while (std::getline(in, line)) vocab_.emplace(line, static_cast<masque::TokenId>(vocab_.size()));
+      while (std::getline(in, line))
+        vocab_.emplace(line, static_cast<masque::TokenId>(vocab_.size()));
     }
   }
 
@@ -55,7 +56,9 @@ class CharTokenizer final : public masque::Tokenizer {
     for (auto id : ids) out += id_to_piece(id);
     return out;
   }
-  std::int32_t vocab_size() const override { return vocab_.empty() ? 0x110000 : static_cast<std::int32_t>(vocab_.size()); }
+  std::int32_t vocab_size() const override {
+    return vocab_.empty() ? 0x110000 : static_cast<std::int32_t>(vocab_.size());
+  }
   std::string id_to_piece(masque::TokenId id) const override {
     for (const auto& [k, v] : vocab_)
       if (v == id) return k;
@@ -69,7 +72,8 @@ class CharTokenizer final : public masque::Tokenizer {
   const masque::SpecialTokens& special_tokens() const override { return special_; }
 
  private:
-  static void push(masque::Encoding& e, masque::TokenId id, std::string piece, std::size_t b, std::size_t end) {
+  static void push(masque::Encoding& e, masque::TokenId id, std::string piece, std::size_t b,
+                   std::size_t end) {
     e.ids.push_back(id);
     e.pieces.push_back(std::move(piece));
     e.offsets.push_back({static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(end)});
@@ -79,7 +83,8 @@ class CharTokenizer final : public masque::Tokenizer {
     auto c = static_cast<unsigned char>(s[0]);
     if (s.size() == 1) return c;
     std::uint32_t v = c & (0xff >> (s.size() + 1));
-    for (std::size_t k = 1; k < s.size(); ++k) v = v << 6 | (static_cast<unsigned char>(s[k]) & 0x3f);
+    for (std::size_t k = 1; k < s.size(); ++k)
+      v = v << 6 | (static_cast<unsigned char>(s[k]) & 0x3f);
     return v;
   }
   bool upper_;
@@ -87,15 +92,25 @@ class CharTokenizer final : public masque::Tokenizer {
   masque::SpecialTokens special_{.bos = 1};
 };
 
-masque::Plugin* create(const masque::Params& params) { return new CharTokenizer(params); }
+masque::Plugin* create(const masque::Params& params) {
+  return new CharTokenizer(params);
+}
 
 const masque::ParamSpec kParams[] = {
-    {.name = "vocab", .type = masque::ParamType::path, .default_value = "",
+    {.name = "vocab",
+     .type = masque::ParamType::path,
+     .default_value = "",
      .help = "optional vocabulary, one piece per line (id = line number)"},
-    {.name = "uppercase", .type = masque::ParamType::boolean, .default_value = "false",
+    {.name = "uppercase",
+     .type = masque::ParamType::boolean,
+     .default_value = "false",
      .help = "upper-case ASCII letters before lookup"},
-    {.name = "limit", .type = masque::ParamType::integer, .default_value = "10",
-     .help = "an integer with a range, for validation tests", .min = 1, .max = 100},
+    {.name = "limit",
+     .type = masque::ParamType::integer,
+     .default_value = "10",
+     .help = "an integer with a range, for validation tests",
+     .min = 1,
+     .max = 100},
 };
 
 const masque::PluginDescriptor* descriptor() {
