@@ -103,6 +103,22 @@ dnnl::primitive_attr make_attr(bool accumulate, Activation activation) {
   return attr;
 }
 
+// A 1x1 convolution over one image of `rows` pixels in a row: nhwc src and dst are the
+// row-major [rows, in] and [rows, out]. `bias` may be a zero desc.
+dnnl::convolution_forward::desc one_by_one(std::int64_t rows, std::int64_t in, std::int64_t out,
+                                           const dnnl::memory::desc& weights,
+                                           const dnnl::memory::desc& bias) {
+  const dnnl::memory::desc src({1, in, 1, rows}, dt::f32, tag::nhwc);
+  const dnnl::memory::desc dst({1, out, 1, rows}, dt::f32, tag::nhwc);
+  const auto kind = dnnl::prop_kind::forward_inference;
+  const auto algo = dnnl::algorithm::convolution_direct;
+  const dnnl::memory::dims ones{1, 1}, zeros{0, 0};
+  return bias.is_zero()
+             ? dnnl::convolution_forward::desc(kind, algo, src, weights, dst, ones, zeros, zeros)
+             : dnnl::convolution_forward::desc(kind, algo, src, weights, bias, dst, ones, zeros,
+                                               zeros);
+}
+
 }  // namespace
 
 struct Linear::Impl {
@@ -174,18 +190,8 @@ dnnl::primitive_desc Linear::Impl::describe(std::int64_t rows, std::size_t part,
 
 dnnl::primitive_desc Linear::Impl::describe_convolution(std::int64_t rows,
                                                         const dnnl::memory::desc& wmd) const {
-  // One image of `rows` pixels in a row: nhwc is [rows, in] row-major.
-  const dnnl::memory::desc src({1, in, 1, rows}, dt::f32, tag::nhwc);
-  const dnnl::memory::desc dst({1, out, 1, rows}, dt::f32, tag::nhwc);
-  const auto kind = dnnl::prop_kind::forward_inference;
-  const auto algo = dnnl::algorithm::convolution_direct;
-  const dnnl::memory::dims ones{1, 1}, zeros{0, 0};
-  const auto desc =
-      bias_md.is_zero()
-          ? dnnl::convolution_forward::desc(kind, algo, src, wmd, dst, ones, zeros, zeros)
-          : dnnl::convolution_forward::desc(kind, algo, src, wmd, bias_md, dst, ones, zeros, zeros);
-  return dnnl::convolution_forward::primitive_desc(desc, make_attr(false, activation),
-                                                   cpu_engine());
+  return dnnl::convolution_forward::primitive_desc(one_by_one(rows, in, out, wmd, bias_md),
+                                                   make_attr(false, activation), cpu_engine());
 }
 
 dnnl::memory::desc Linear::Impl::any_weights(std::size_t part) const {
@@ -306,11 +312,7 @@ bool prefer_convolution(std::int64_t in, std::int64_t out) {
         cpu_engine());
     if (std::string(matmul.impl_info_str()).rfind("gemm", 0) != 0) return false;
     const dnnl::convolution_forward::primitive_desc convolution(
-        dnnl::convolution_forward::desc(
-            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-            {{1, in, 1, kPackRows}, dt::f32, tag::nhwc}, {{out, in, 1, 1}, dt::f32, tag::any},
-            {{1, out, 1, kPackRows}, dt::f32, tag::nhwc}, {1, 1}, {0, 0}, {0, 0}),
-        cpu_engine());
+        one_by_one(kPackRows, in, out, {{out, in, 1, 1}, dt::f32, tag::any}, {}), cpu_engine());
     return std::string(convolution.impl_info_str()).rfind("jit_1x1", 0) == 0;
   } catch (const dnnl::error&) {
     return false;
