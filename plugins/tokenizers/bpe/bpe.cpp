@@ -28,10 +28,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bpe_merges.hpp"
+#include "byte_level.hpp"
 #include "json_file.hpp"
 #include "masque/error.hpp"
 #include "masque/params.hpp"
 #include "masque/tokenizer.hpp"
+#include "piece_cache.hpp"
 #include "pretokenizer.hpp"
 #include "token_files.hpp"
 #include "utf8.hpp"
@@ -45,123 +48,6 @@ using masque::Encoding;
 using masque::TokenId;
 
 constexpr const char* kEndOfText = "<|endoftext|>";
-
-// GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the other 68 bytes
-// for U+0100.. in byte order (a space is U+0120 'Ġ', a newline U+010A 'Ċ').
-std::array<char32_t, 256> bytes_to_unicode() {
-  std::array<char32_t, 256> map{};
-  char32_t next = 256;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-    map[b] = printable ? static_cast<char32_t>(b) : next++;
-  }
-  return map;
-}
-
-// Pair of token ids -> (rank, merged id): open addressing, linear probing.
-class MergeTable {
- public:
-  struct Entry {
-    std::uint64_t key = kEmpty;
-    std::uint32_t rank = 0;
-    TokenId merged = -1;
-  };
-  static constexpr std::uint64_t kEmpty = ~std::uint64_t{0};
-
-  void reserve(std::size_t n) {
-    std::size_t cap = 16;
-    while (cap < 2 * n) cap <<= 1;
-    slots_.assign(cap, Entry{});
-    mask_ = cap - 1;
-  }
-  // False when the pair is already there.
-  bool insert(TokenId a, TokenId b, std::uint32_t rank, TokenId merged) {
-    const std::uint64_t key = make_key(a, b);
-    for (std::size_t i = hash(key) & mask_;; i = (i + 1) & mask_) {
-      if (slots_[i].key == key) return false;
-      if (slots_[i].key == kEmpty) {
-        slots_[i] = {key, rank, merged};
-        return true;
-      }
-    }
-  }
-  const Entry* find(TokenId a, TokenId b) const {
-    const std::uint64_t key = make_key(a, b);
-    for (std::size_t i = hash(key) & mask_;; i = (i + 1) & mask_) {
-      const Entry& e = slots_[i];
-      if (e.key == key) return &e;
-      if (e.key == kEmpty) return nullptr;
-    }
-  }
-
- private:
-  static std::uint64_t make_key(TokenId a, TokenId b) {
-    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) |
-           static_cast<std::uint32_t>(b);
-  }
-  static std::size_t hash(std::uint64_t k) {
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    return static_cast<std::size_t>(k);
-  }
-  std::vector<Entry> slots_;
-  std::size_t mask_ = 0;
-};
-
-constexpr std::uint32_t kNoRank = std::numeric_limits<std::uint32_t>::max();
-
-// Cache of piece -> ids shared by all threads: a fixed table of 64-byte slots, two per set,
-// each holding a short piece and its ids inline (one cache line per probe, no allocation).
-// Lock stripes guard groups of sets; a full set drops its older entry.
-class PieceCache {
- public:
-  static constexpr std::size_t kMaxPieceBytes = 22;
-  static constexpr std::size_t kMaxIds = 8;
-
-  PieceCache() : slots_(2 * kSets) {}
-
-  bool find(std::string_view piece, std::uint64_t hash, std::vector<TokenId>& out) const {
-    const std::size_t set = hash & (kSets - 1);
-    std::shared_lock lock(stripes_[set % kStripes]);
-    for (std::size_t way = 0; way < 2; ++way) {
-      const Slot& s = slots_[2 * set + way];
-      if (s.count > 0 && s.hash == hash && s.length == piece.size() &&
-          masque::tok::same_bytes(s.bytes, piece.data(), piece.size())) {
-        out.assign(s.ids, s.ids + s.count);
-        return true;
-      }
-    }
-    return false;
-  }
-  void prefetch(std::uint64_t hash) const { __builtin_prefetch(&slots_[2 * (hash & (kSets - 1))]); }
-  void insert(std::string_view piece, std::uint64_t hash, const std::vector<TokenId>& ids) const {
-    if (piece.size() > kMaxPieceBytes || ids.empty() || ids.size() > kMaxIds) return;
-    const std::size_t set = hash & (kSets - 1);
-    std::unique_lock lock(stripes_[set % kStripes]);
-    Slot* way = &slots_[2 * set];
-    if (way[0].count > 0) way[1] = way[0];  // the newest entry goes first
-    Slot& s = way[0];
-    s.hash = hash;
-    s.length = static_cast<std::uint8_t>(piece.size());
-    s.count = static_cast<std::uint8_t>(ids.size());
-    std::memcpy(s.bytes, piece.data(), piece.size());
-    std::copy(ids.begin(), ids.end(), s.ids);
-  }
-
- private:
-  static constexpr std::size_t kSets = 1 << 14;  // 2 MiB in all
-  static constexpr std::size_t kStripes = 64;
-  struct alignas(64) Slot {
-    std::uint64_t hash = 0;
-    std::uint8_t length = 0, count = 0;  // count 0: empty
-    char bytes[kMaxPieceBytes];
-    TokenId ids[kMaxIds];
-  };
-  static_assert(sizeof(Slot) == 64);
-  mutable std::vector<Slot> slots_;
-  mutable std::array<std::shared_mutex, kStripes> stripes_;
-};
 
 class BytePairEncoder final : public masque::Tokenizer {
  public:
@@ -287,7 +173,7 @@ class BytePairEncoder final : public masque::Tokenizer {
     bytes_.assign(pieces_.size(), std::string());
     std::array<int, 0x200> unicode_to_byte;
     unicode_to_byte.fill(-1);
-    const auto b2u = bytes_to_unicode();
+    const auto b2u = masque::tok::bytes_to_unicode();
     for (int b = 0; b < 256; ++b) unicode_to_byte[b2u[b]] = b;
     for (const auto& [token, value] : j.items()) {
       const auto id = value.get<TokenId>();
@@ -409,83 +295,18 @@ class BytePairEncoder final : public masque::Tokenizer {
       ids.push_back(id);
       return;
     }
-    const bool cacheable = piece.size() <= PieceCache::kMaxPieceBytes;
+    const bool cacheable = piece.size() <= masque::tok::PieceCache::kMaxPieceBytes;
     if (cacheable && cache_.find(piece, h, ids)) return;
     bpe(piece, ids);
     if (cacheable) cache_.insert(piece, h, ids);
   }
 
-  // Merges the bytes of one piece: the lowest-ranked adjacent pair first, the leftmost of equal
-  // ones (Hugging Face's order). Short pieces: a linear scan per merge; long ones: a heap.
+  // Merges the bytes of one piece (bpe_merges.hpp).
   void bpe(std::string_view piece, std::vector<TokenId>& ids) const {
-    const std::size_t n = piece.size();
-    ids.resize(n);
-    for (std::size_t i = 0; i < n; ++i) ids[i] = byte_token_[static_cast<unsigned char>(piece[i])];
-    if (n < 2) return;
-    if (n > 64) {
-      bpe_heap(ids);
-      return;
-    }
-    std::uint32_t ranks[64];
-    TokenId merged[64];
-    std::size_t m = n;
-    auto rate = [&](std::size_t k) {
-      const MergeTable::Entry* e = merges_.find(ids[k], ids[k + 1]);
-      ranks[k] = e ? e->rank : kNoRank;
-      merged[k] = e ? e->merged : -1;
-    };
-    for (std::size_t k = 0; k + 1 < m; ++k) rate(k);
-    while (m > 1) {
-      std::size_t best = 0;
-      for (std::size_t k = 1; k + 1 < m; ++k)
-        if (ranks[k] < ranks[best]) best = k;
-      if (ranks[best] == kNoRank) break;
-      ids[best] = merged[best];
-      for (std::size_t k = best + 1; k + 1 < m; ++k) {
-        ids[k] = ids[k + 1];
-        ranks[k] = ranks[k + 1];
-        merged[k] = merged[k + 1];
-      }
-      --m;
-      if (best > 0) rate(best - 1);
-      if (best + 1 < m) rate(best);
-    }
-    ids.resize(m);
-  }
-
-  void bpe_heap(std::vector<TokenId>& ids) const {
-    const std::size_t n = ids.size();
-    std::vector<std::int32_t> prev(n), next(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      prev[i] = static_cast<std::int32_t>(i) - 1;
-      next[i] = i + 1 < n ? static_cast<std::int32_t>(i + 1) : -1;
-    }
-    using Item = std::pair<std::uint32_t, std::int32_t>;  // (rank, left position)
-    std::priority_queue<Item, std::vector<Item>, std::greater<Item>> heap;
-    auto consider = [&](std::int32_t left) {
-      if (left < 0 || next[left] < 0) return;
-      if (const MergeTable::Entry* e = merges_.find(ids[left], ids[next[left]]))
-        heap.emplace(e->rank, left);
-    };
-    for (std::size_t i = 0; i + 1 < n; ++i) consider(static_cast<std::int32_t>(i));
-    std::vector<bool> gone(n, false);
-    while (!heap.empty()) {
-      const auto [rank, left] = heap.top();
-      heap.pop();
-      if (gone[left] || next[left] < 0) continue;
-      const std::int32_t right = next[left];
-      const MergeTable::Entry* e = merges_.find(ids[left], ids[right]);
-      if (!e || e->rank != rank) continue;  // stale: the pair changed since it was queued
-      ids[left] = e->merged;
-      gone[right] = true;
-      next[left] = next[right];
-      if (next[right] >= 0) prev[next[right]] = left;
-      consider(prev[left]);
-      consider(left);
-    }
-    std::size_t m = 0;
-    for (std::int32_t i = 0; i >= 0; i = next[i]) ids[m++] = ids[i];
-    ids.resize(m);
+    ids.resize(piece.size());
+    for (std::size_t i = 0; i < piece.size(); ++i)
+      ids[i] = byte_token_[static_cast<unsigned char>(piece[i])];
+    masque::tok::merge_symbols(merges_, ids);
   }
 
   std::vector<std::string> pieces_;  // vocab.json spelling
@@ -496,8 +317,8 @@ class BytePairEncoder final : public masque::Tokenizer {
   masque::tok::TokenMap piece_ids_;
   masque::tok::TokenMap whole_;  // raw bytes -> id, for pieces that are one token
   TokenId byte_token_[256] = {};
-  MergeTable merges_;
-  mutable PieceCache cache_;
+  masque::tok::MergeTable merges_;
+  mutable masque::tok::PieceCache cache_;
   masque::SpecialTokens special_;
   masque::tok::SpecialSplitter specials_in_text_;
   bool add_bos_ = false;

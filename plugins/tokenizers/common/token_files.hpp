@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "masque/error.hpp"
+#include "literal_matcher.hpp"
 #include "masque/tokenizer.hpp"
 
 namespace masque::tok {
@@ -234,44 +235,25 @@ inline TokenMap index_tokens(const std::vector<std::string>& tokens, const std::
 // several start at the same byte), like Hugging Face's added-token splitting.
 class SpecialSplitter {
  public:
-  void add(std::string text, TokenId id) {
-    if (!text.empty()) tokens_.emplace_back(std::move(text), id);
-  }
-  bool empty() const { return tokens_.empty(); }
+  void add(const std::string& text, TokenId id) { matcher_.add(text, id); }
+  bool empty() const { return matcher_.empty(); }
 
   // Calls on_text(begin, end) for every non-empty stretch of ordinary text and
   // on_special(begin, end, id) for every special token, in text order.
   template <class OnText, class OnSpecial>
   void split(std::string_view text, OnText&& on_text, OnSpecial&& on_special) const {
-    if (tokens_.empty()) {
-      if (!text.empty()) on_text(std::size_t{0}, text.size());
-      return;
-    }
-    std::vector<std::size_t> next(tokens_.size());
-    for (std::size_t k = 0; k < tokens_.size(); ++k) next[k] = text.find(tokens_[k].first);
     std::size_t pos = 0;
-    while (true) {
-      std::size_t best = std::string_view::npos, best_k = 0;
-      for (std::size_t k = 0; k < tokens_.size(); ++k) {
-        if (next[k] != std::string_view::npos && next[k] < pos)
-          next[k] = text.find(tokens_[k].first, pos);
-        if (next[k] < best || (next[k] == best && next[k] != std::string_view::npos &&
-                               tokens_[k].first.size() > tokens_[best_k].first.size())) {
-          best = next[k];
-          best_k = k;
-        }
-      }
-      if (best == std::string_view::npos) break;
-      if (best > pos) on_text(pos, best);
-      const std::size_t end = best + tokens_[best_k].first.size();
-      on_special(best, end, tokens_[best_k].second);
-      pos = end;
+    LiteralMatcher::Match m;
+    while (matcher_.next(text, pos, m)) {
+      if (m.begin > pos) on_text(pos, m.begin);
+      on_special(m.begin, m.end, static_cast<TokenId>(m.value));
+      pos = m.end;
     }
     if (pos < text.size()) on_text(pos, text.size());
   }
 
  private:
-  std::vector<std::pair<std::string, TokenId>> tokens_;
+  LiteralMatcher matcher_;
 };
 
 // "auto" | "true" | "false" parameters.
