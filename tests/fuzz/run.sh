@@ -17,7 +17,7 @@ cd "$(dirname "$0")/../.."
 seconds=${1:-60}
 jobs=${FUZZ_JOBS:-1}
 build=build-fuzz
-targets=${FUZZ_TARGETS:-safetensors config_json pipeline tokenizers records plugin_file}
+targets=${FUZZ_TARGETS:-safetensors config_json pipeline tokenizers records plugin_file tokenizer_json}
 
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER=clang++ \

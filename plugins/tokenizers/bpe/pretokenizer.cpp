@@ -124,6 +124,129 @@ void split_gpt2(std::string_view text, std::vector<Piece>& out) {
   }
 }
 
+void split_llama3(std::string_view text, int max_digits, std::vector<Piece>& out) {
+  const std::uint8_t* table = bmp().cls.get();
+  const std::size_t n = text.size();
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  // Class and length of the code point at byte i; n past the end.
+  auto at = [&](std::size_t i, int& len) -> CharClass {
+    if (s[i] < 0x80) {
+      len = 1;
+      return static_cast<CharClass>(table[s[i]]);
+    }
+    char32_t cp = 0;
+    len = tok::decode_utf8(text, i, cp);
+    if (len == 0) throw std::invalid_argument("split_llama3: invalid UTF-8");
+    return cp < 0x10000 ? static_cast<CharClass>(table[cp]) : icu_class(cp);
+  };
+  auto newline = [&](std::size_t i) { return s[i] == '\r' || s[i] == '\n'; };
+  auto ascii_lower = [&](std::size_t i) -> int {
+    const unsigned char c = s[i];
+    if (c >= 'A' && c <= 'Z') return c + 32;
+    return c >= 'a' && c <= 'z' ? c : -1;
+  };
+  // (?i:'s|'t|'re|'ve|'m|'ll|'d) at i (s[i] == '\''): its length, or 0. Case-insensitive as
+  // Unicode folds: U+017F (long s) matches s.
+  auto contraction = [&](std::size_t i) -> std::size_t {
+    if (i + 1 >= n) return 0;
+    const int c1 = ascii_lower(i + 1);
+    if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return 2;
+    if (i + 2 < n && s[i + 1] == 0xC5 && s[i + 2] == 0xBF) return 3;  // 'ſ
+    if (i + 2 >= n) return 0;
+    const int c2 = ascii_lower(i + 2);
+    if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) return 3;
+    return 0;
+  };
+  std::size_t i = 0;
+  while (i < n) {
+    if (s[i] == '\'') {
+      if (const std::size_t len = contraction(i)) {
+        out.emplace_back(i, i + len);
+        i += len;
+        continue;
+      }
+    }
+    int len0 = 0;
+    const CharClass c0 = at(i, len0);
+    const std::size_t j0 = i + static_cast<std::size_t>(len0);
+    // [^\r\n\p{L}\p{N}]?\p{L}+
+    std::size_t letters = n;  // where a run of letters starts, if this alternative applies
+    if (c0 == kLetter) {
+      letters = i;
+    } else if (c0 != kNumber && !newline(i) && j0 < n) {
+      int l = 0;
+      if (at(j0, l) == kLetter) letters = j0;
+    }
+    if (letters != n) {
+      std::size_t j = letters;
+      while (j < n) {
+        int l = 0;
+        if (at(j, l) != kLetter) break;
+        j += static_cast<std::size_t>(l);
+      }
+      out.emplace_back(i, j);
+      i = j;
+      continue;
+    }
+    // \p{N}{1,max_digits}
+    if (c0 == kNumber) {
+      std::size_t j = j0;
+      for (int d = 1; d < max_digits && j < n; ++d) {
+        int l = 0;
+        if (at(j, l) != kNumber) break;
+        j += static_cast<std::size_t>(l);
+      }
+      out.emplace_back(i, j);
+      i = j;
+      continue;
+    }
+    // " ?[^\s\p{L}\p{N}]+[\r\n]*"
+    std::size_t other = n;
+    if (c0 == kOther) {
+      other = i;
+    } else if (s[i] == ' ' && j0 < n) {
+      int l = 0;
+      if (at(j0, l) == kOther) other = j0;
+    }
+    if (other != n) {
+      std::size_t j = other;
+      while (j < n) {
+        int l = 0;
+        if (at(j, l) != kOther) break;
+        j += static_cast<std::size_t>(l);
+      }
+      while (j < n && newline(j)) ++j;
+      out.emplace_back(i, j);
+      i = j;
+      continue;
+    }
+    // c0 is whitespace: the run [i, q), the start of its last character, and the end of its
+    // last \r or \n.
+    std::size_t q = i, last = i, after_newline = 0;
+    bool has_newline = false;
+    while (q < n) {
+      int l = 0;
+      if (at(q, l) != kSpace) break;
+      last = q;
+      if (newline(q)) {
+        has_newline = true;
+        after_newline = q + 1;
+      }
+      q += static_cast<std::size_t>(l);
+    }
+    std::size_t end;
+    if (has_newline) {
+      end = after_newline;  // \s*[\r\n]+
+    } else if (q == n || last == i) {
+      end = q;  // \s+(?!\S) at the end of the text, or \s+ for a single character
+    } else {
+      end = last;  // \s+(?!\S): all but the last character
+    }
+    out.emplace_back(i, end);
+    i = end;
+  }
+}
+
 std::vector<Piece> split_gpt2_regex(std::string_view text) {
   static const std::unique_ptr<icu::RegexPattern> pattern = [] {
     UErrorCode status = U_ZERO_ERROR;

@@ -31,4 +31,14 @@ void split_gpt2(std::string_view text, std::vector<Piece>& out);
 // The same through ICU's regex engine (slow; for tests and checks).
 std::vector<Piece> split_gpt2_regex(std::string_view text);
 
+// Llama 3's pattern (also Qwen2/3's with max_digits 1), in Oniguruma's reading (\s = White_Space):
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+//   \s*[\r\n]+|\s+(?!\S)|\s+
+// a hand-written scanner with the regex's results (tests compare it with ICU on the pattern).
+inline constexpr const char* kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+inline constexpr const char* kQwen2Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+void split_llama3(std::string_view text, int max_digits, std::vector<Piece>& out);
+
 }  // namespace masque::bpe
