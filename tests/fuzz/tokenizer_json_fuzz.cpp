@@ -57,9 +57,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const masque::ConfigError&) {
     return 0;
   }
-  static const char* const kTexts[] = {
-      "", "Hello world", "  spaces  and\ttabs\n", "ABC abc 123 4567", "Führer Café naïve",
-      "北京欢迎你 日本語", "I 😁 llamas", "<s>[CLS]<|endoftext|></s>", "\xE2\x96\x81x \xE2\x96\x81"};
+  static const char* const kTexts[] = {"",
+                                       "Hello world",
+                                       "  spaces  and\ttabs\n",
+                                       "ABC abc 123 4567",
+                                       "Führer Café naïve",
+                                       "北京欢迎你 日本語",
+                                       "I 😁 llamas",
+                                       "<s>[CLS]<|endoftext|></s>",
+                                       "\xE2\x96\x81x \xE2\x96\x81"};
   for (const char* t : kTexts) check(*tok, t);
   const std::vector<masque::TokenId> outside = {-1, tok->vocab_size()};
   for (masque::TokenId id : outside) {

@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "masque/error.hpp"
 #include "literal_matcher.hpp"
+#include "masque/error.hpp"
 #include "masque/tokenizer.hpp"
 
 namespace masque::tok {

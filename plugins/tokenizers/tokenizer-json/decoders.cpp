@@ -160,7 +160,8 @@ class Strip final : public Decoder {
 
 class Replace final : public Decoder {
  public:
-  explicit Replace(const Node& node) : pattern_(node.at("pattern")), content_(node.str("content")) {}
+  explicit Replace(const Node& node)
+      : pattern_(node.at("pattern")), content_(node.str("content")) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     std::vector<Span> m;
     for (std::string& t : tokens) {
@@ -205,9 +206,9 @@ class WordPiece final : public Decoder {
   // Hugging Face's cleanup(): spaces before punctuation and in English contractions.
   static std::string cleanup(std::string s) {
     static const std::pair<const char*, const char*> kRules[] = {
-        {" .", "."},       {" ?", "?"},     {" !", "!"},       {" ,", ","},     {" ' ", "'"},
-        {" n't", "n't"},   {" 'm", "'m"},   {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"},
-        {" 're", "'re"}};
+        {" .", "."},   {" ?", "?"},     {" !", "!"},    {" ,", ","},
+        {" ' ", "'"},  {" n't", "n't"}, {" 'm", "'m"},  {" do not", " don't"},
+        {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
     for (const auto& [from, to] : kRules) {
       const std::string f = from, t = to;
       for (std::size_t p = s.find(f); p != std::string::npos; p = s.find(f, p + t.size()))
@@ -293,8 +294,8 @@ std::unique_ptr<Decoder> make_decoder(const Node& node) {
       if (auto p = make_decoder(list.at(i))) parts.push_back(std::move(p));
     return std::make_unique<Sequence>(std::move(parts));
   }
-  node.unknown_type("decoder",
-                    "ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, WordPiece, Sequence");
+  node.unknown_type(
+      "decoder", "ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, WordPiece, Sequence");
 }
 
 }  // namespace masque::hfjson

@@ -89,6 +89,10 @@ void Node::fail(const std::string& message) const {
   throw ConfigError(*file_ + ": " + path_ + ": " + message);
 }
 
+void Node::fail_at(const std::string& sub, const std::string& message) const {
+  throw ConfigError(*file_ + ": " + path_ + sub + ": " + message);
+}
+
 bool Node::has(const char* key) const {
   return value_->is_object() && value_->contains(key);
 }
@@ -161,22 +165,205 @@ void Node::unknown_type(const std::string& kind, const char* known) const {
             known + ")");
 }
 
-json read_tokenizer_json(const std::string& path) {
+namespace {
+
+// Builds the JSON tree through nlohmann's own builder, except for $.model.vocab and
+// $.model.merges, whose entries go straight into ModelTables.
+class TreeWithTables {
+ public:
+  TreeWithTables(json& root, ModelTables& tables, const std::string& file)
+      : dom_(root), tables_(tables), file_(file) {}
+
+  bool null() { return capturing_ ? bad("null") : dom_.null(); }
+  bool boolean(bool v) { return capturing_ ? bad("a boolean") : dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) {
+    return capturing_ ? number(static_cast<double>(v), true, v) : dom_.number_integer(v);
+  }
+  bool number_unsigned(json::number_unsigned_t v) {
+    if (!capturing_) return dom_.number_unsigned(v);
+    return number(
+        static_cast<double>(v), v <= static_cast<json::number_unsigned_t>(INT64_MAX),
+        v <= static_cast<json::number_unsigned_t>(INT64_MAX) ? static_cast<std::int64_t>(v) : -1);
+  }
+  bool number_float(json::number_float_t v, const json::string_t& s) {
+    return capturing_ ? number(v, false, 0) : dom_.number_float(v, s);
+  }
+  bool string(json::string_t& v) {
+    if (!capturing_) return dom_.string(v);
+    if (what_ == What::merges && depth_ == 1) {  // "a b"
+      const std::size_t sp = v.find(' ');
+      if (sp == std::string::npos)
+        fail(element(), "expected a merge \"A B\" (two tokens separated by a space)");
+      tables_.merges.emplace_back(v.substr(0, sp), v.substr(sp + 1));
+      ++index_;
+      return true;
+    }
+    if (what_ == What::merges && depth_ == 2) {
+      if (parts_ >= 2) fail(element(), "expected a merge \"A B\" or [\"A\", \"B\"]");
+      (parts_ == 0 ? pair_.first : pair_.second) = std::move(v);
+      ++parts_;
+      return true;
+    }
+    if (what_ == What::scored && depth_ == 2 && parts_ == 0) {
+      piece_ = std::move(v);
+      ++parts_;
+      return true;
+    }
+    return bad("a string");
+  }
+  bool binary(json::binary_t& v) { return capturing_ ? bad("binary") : dom_.binary(v); }
+  bool start_object(std::size_t n) {
+    if (capturing_) return bad("an object");
+    if (depth_ == 2 && in_model_ && key_ == "vocab") {
+      begin(What::vocab);
+      return true;
+    }
+    ++depth_;
+    if (depth_ == 2) in_model_ = key_ == "model";
+    return dom_.start_object(n);
+  }
+  bool key(json::string_t& k) {
+    if (capturing_) {
+      if (what_ != What::vocab) return bad("an object");
+      vocab_key_ = std::move(k);
+      return true;
+    }
+    if (depth_ == 1 || depth_ == 2) key_ = k;
+    return dom_.key(k);
+  }
+  bool end_object() {
+    if (capturing_ && what_ == What::vocab && depth_ == 1) return end();
+    --depth_;
+    if (depth_ < 2) in_model_ = false;
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) {
+    if (capturing_) {
+      if (depth_ != 1 || what_ == What::vocab) return bad("an array");
+      depth_ = 2;
+      parts_ = 0;
+      return true;
+    }
+    if (depth_ == 2 && in_model_ && (key_ == "merges" || key_ == "vocab")) {
+      begin(key_ == "merges" ? What::merges : What::scored);
+      if (what_ == What::scored) tables_.vocab_is_list = true;
+      return true;
+    }
+    ++depth_;
+    return dom_.start_array(n);
+  }
+  bool end_array() {
+    if (capturing_) {
+      if (depth_ == 1) return end();
+      depth_ = 1;
+      if (what_ == What::merges) {
+        if (parts_ != 2) fail(element(), "expected a merge \"A B\" or [\"A\", \"B\"]");
+        tables_.merges.push_back(std::move(pair_));
+      } else {
+        if (parts_ != 2) fail(element(), "expected [\"piece\", score]");
+        tables_.scored.emplace_back(std::move(piece_), score_);
+      }
+      ++index_;
+      return true;
+    }
+    --depth_;
+    return dom_.end_array();
+  }
+  bool parse_error(std::size_t pos, const std::string&, const nlohmann::detail::exception& e) {
+    error_at = pos;
+    error = e.what();
+    return false;
+  }
+  std::size_t error_at = 0;
+  std::string error;
+
+ private:
+  enum class What { vocab, scored, merges };
+  void begin(What w) {
+    // The tree gets an empty value in place of the table.
+    if (w == What::vocab) {
+      dom_.start_object(0);
+      dom_.end_object();
+      tables_.has_vocab = true;
+    } else {
+      dom_.start_array(0);
+      dom_.end_array();
+      (w == What::merges ? tables_.has_merges : tables_.has_vocab) = true;
+    }
+    capturing_ = true;
+    what_ = w;
+    depth_ = 1;
+    index_ = 0;
+  }
+  bool end() {
+    capturing_ = false;
+    depth_ = 2;
+    return true;
+  }
+  bool number(double v, bool integral, std::int64_t i) {
+    if (what_ == What::vocab && depth_ == 1) {
+      if (!integral)
+        fail("$.model.vocab",
+             "the id of " + masque::tok::quote_token(vocab_key_) + " is not an integer");
+      tables_.vocab.emplace_back(std::move(vocab_key_), i);
+      return true;
+    }
+    if (what_ == What::scored && depth_ == 2 && parts_ == 1) {
+      score_ = v;
+      ++parts_;
+      return true;
+    }
+    return bad("a number");
+  }
+  std::string element() const {
+    return std::string(what_ == What::merges ? "$.model.merges[" : "$.model.vocab[") +
+           std::to_string(index_) + "]";
+  }
+  bool bad(const char* what) {
+    if (what_ == What::vocab)
+      fail("$.model.vocab", std::string("the id of ") + masque::tok::quote_token(vocab_key_) +
+                                " is " + what + ", not an integer");
+    fail(element(), std::string("unexpected ") + what);
+  }
+  [[noreturn]] void fail(const std::string& path, const std::string& message) const {
+    throw ConfigError(file_ + ": " + path + ": " + message);
+  }
+
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  ModelTables& tables_;
+  const std::string& file_;
+  bool capturing_ = false, in_model_ = false;
+  What what_ = What::vocab;
+  int depth_ = 0;  // outside: nesting of the tree; capturing: 1 in the table, 2 in an entry
+  std::string key_, vocab_key_, piece_;
+  std::pair<std::string, std::string> pair_;
+  double score_ = 0;
+  int parts_ = 0;
+  std::size_t index_ = 0;
+};
+
+}  // namespace
+
+TokenizerFile read_tokenizer_json(const std::string& path) {
   const std::string text = masque::tok::read_whole_file(path, "tokenizer file");
-  json j;
+  TokenizerFile f;
+  TreeWithTables builder(f.root, f.tables, path);
+  bool ok = false;
   try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    PathTracker tracker;
-    (void)json::sax_parse(text, &tracker);
-    throw ConfigError(path + ": invalid JSON at byte " + std::to_string(e.byte) + " (in " +
-                      tracker.path() + "): " + e.what() +
-                      (e.byte >= text.size() ? " (is the file truncated?)" : ""));
+    ok = json::sax_parse(text, &builder);
   } catch (const json::exception& e) {
     throw ConfigError(path + ": invalid JSON: " + e.what());
   }
-  if (!j.is_object()) throw ConfigError(path + ": $: expected a JSON object, got " + kind_of(j));
-  return j;
+  if (!ok) {
+    PathTracker tracker;
+    (void)json::sax_parse(text, &tracker);
+    throw ConfigError(path + ": invalid JSON at byte " + std::to_string(builder.error_at) +
+                      " (in " + tracker.path() + "): " + builder.error +
+                      (builder.error_at >= text.size() ? " (is the file truncated?)" : ""));
+  }
+  if (!f.root.is_object())
+    throw ConfigError(path + ": $: expected a JSON object, got " + kind_of(f.root));
+  return f;
 }
 
 }  // namespace masque::hfjson

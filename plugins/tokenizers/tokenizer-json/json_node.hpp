@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -21,8 +23,9 @@ class Node {
   const std::string& file() const { return *file_; }
   const std::string& path() const { return path_; }
 
-  // A ConfigError "FILE: PATH: message".
+  // A ConfigError "FILE: PATH: message", or "FILE: PATHsub: message".
   [[noreturn]] void fail(const std::string& message) const;
+  [[noreturn]] void fail_at(const std::string& sub, const std::string& message) const;
 
   bool is_null() const { return value_->is_null(); }
   bool has(const char* key) const;
@@ -52,8 +55,24 @@ class Node {
   std::string path_;
 };
 
+// The model's vocabulary and merges, read while parsing instead of as JSON values (Gemma 3's
+// 262k entries and 515k merges would take seconds and hundreds of MB as a JSON tree). The tree
+// keeps an empty array or object in their place.
+struct ModelTables {
+  bool has_vocab = false, has_merges = false;
+  bool vocab_is_list = false;                               // Unigram: [["piece", score], ...]
+  std::vector<std::pair<std::string, std::int64_t>> vocab;  // {"token": id, ...}
+  std::vector<std::pair<std::string, double>> scored;       // Unigram
+  std::vector<std::pair<std::string, std::string>> merges;  // "a b" or ["a", "b"]
+};
+
+struct TokenizerFile {
+  json root;
+  ModelTables tables;
+};
+
 // Parses `path`; a missing file, invalid or truncated JSON is a ConfigError naming the file, the
 // byte offset and the JSON path where parsing stopped. The top level must be an object.
-json read_tokenizer_json(const std::string& path);
+TokenizerFile read_tokenizer_json(const std::string& path);
 
 }  // namespace masque::hfjson

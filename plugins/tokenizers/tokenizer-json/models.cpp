@@ -41,19 +41,20 @@ std::vector<TokenId> byte_pieces(const Vocabulary& v) {
 // ---------------------------------------------------------------------------------------------
 class Bpe final : public Model {
  public:
-  Bpe(const Node& node, bool byte_level) : byte_level_(byte_level) {
-    vocab_ = Vocabulary::from_object(node.at("vocab"));
+  Bpe(const Node& node, const ModelTables& tables, bool byte_level) : byte_level_(byte_level) {
+    vocab_ = Vocabulary::from_entries(tables.vocab, node.at("vocab"));
     const Node unk = node.get("unk_token");
     if (!unk.is_null()) {
       unk_ = vocab_.find(unk.str());
-      if (unk_ < 0) unk.fail("the unk_token " + quote_token(unk.str()) + " is not in the vocabulary");
+      if (unk_ < 0)
+        unk.fail("the unk_token " + quote_token(unk.str()) + " is not in the vocabulary");
     }
     prefix_ = node.str("continuing_subword_prefix", "");
     suffix_ = node.str("end_of_word_suffix", "");
     fuse_unk_ = node.boolean("fuse_unk", false);
     byte_fallback_ = node.boolean("byte_fallback", false);
     ignore_merges_ = node.boolean("ignore_merges", false);
-    load_merges(node.at("merges"));
+    load_merges(node.at("merges"), tables.merges);
     byte_ids_ = byte_pieces(vocab_);
     if (byte_level_) prepare_byte_level(node);
   }
@@ -85,37 +86,29 @@ class Bpe final : public Model {
   bool reads_raw_bytes() const override { return true; }
   std::size_t memory_bytes() const override {
     return vocab_.memory_bytes() + merges_.memory_bytes() + raw_.size() * 32 +
-           byte_len_.capacity() * 2 + (byte_level_ ? sizeof(masque::tok::PieceCache) + (2u << 20) : 0);
+           byte_len_.capacity() * 2 +
+           (byte_level_ ? sizeof(masque::tok::PieceCache) + (2u << 20) : 0);
   }
 
  private:
-  void load_merges(const Node& merges) {
-    const std::size_t n = merges.size();
-    merges_.reserve(n);
+  void load_merges(const Node& where,
+                   const std::vector<std::pair<std::string, std::string>>& merges) {
+    merges_.reserve(merges.size());
     const std::size_t prefix_len = prefix_.size();
-    for (std::size_t i = 0; i < n; ++i) {
-      const Node m = merges.at(i);
-      std::string a, b;
-      if (m.value().is_string()) {
-        const std::string line = m.str();
-        const std::size_t sp = line.find(' ');
-        if (sp == std::string::npos)
-          m.fail("expected a merge \"A B\" (two tokens separated by a space)");
-        a = line.substr(0, sp);
-        b = line.substr(sp + 1);
-      } else if (m.value().is_array() && m.value().size() == 2) {
-        a = m.at(std::size_t{0}).str();
-        b = m.at(std::size_t{1}).str();
-      } else {
-        m.fail("expected a merge \"A B\" or [\"A\", \"B\"]");
-      }
+    std::string joined;
+    for (std::size_t i = 0; i < merges.size(); ++i) {
+      const auto& [a, b] = merges[i];
+      const auto fail = [&](const std::string& message) {
+        where.fail_at("[" + std::to_string(i) + "]", message);
+      };
       const TokenId ia = vocab_.find(a), ib = vocab_.find(b);
-      if (ia < 0) m.fail("the token " + quote_token(a) + " is not in the vocabulary");
-      if (ib < 0) m.fail("the token " + quote_token(b) + " is not in the vocabulary");
-      if (b.size() < prefix_len) m.fail("the token " + quote_token(b) + " lacks the subword prefix");
-      const std::string joined = a + b.substr(prefix_len);
+      if (ia < 0) fail("the token " + quote_token(a) + " is not in the vocabulary");
+      if (ib < 0) fail("the token " + quote_token(b) + " is not in the vocabulary");
+      if (b.size() < prefix_len) fail("the token " + quote_token(b) + " lacks the subword prefix");
+      joined.assign(a);
+      joined.append(b, prefix_len);
       const TokenId im = vocab_.find(joined);
-      if (im < 0) m.fail("the merged token " + quote_token(joined) + " is not in the vocabulary");
+      if (im < 0) fail("the merged token " + quote_token(joined) + " is not in the vocabulary");
       // A pair listed twice keeps the later rank (Hugging Face builds a map from the list).
       merges_.insert_or_assign(ia, ib, static_cast<std::uint32_t>(i), im);
     }
@@ -134,7 +127,8 @@ class Bpe final : public Model {
     for (TokenId id = 0; id < vocab_.size(); ++id) {
       const std::string& p = vocab_.piece(id);
       if (p.empty() || !masque::tok::alphabet_to_bytes(p, raw)) continue;
-      if (raw.size() > 0xFFFF) node.at("vocab").fail("the token " + quote_token(p) + " is too long");
+      if (raw.size() > 0xFFFF)
+        node.at("vocab").fail("the token " + quote_token(p) + " is too long");
       byte_len_[id] = static_cast<std::uint16_t>(raw.size());
       raw_.insert(raw, id);
     }
@@ -261,17 +255,14 @@ class Bpe final : public Model {
 // ---------------------------------------------------------------------------------------------
 class Unigram final : public Model {
  public:
-  explicit Unigram(const Node& node) {
+  Unigram(const Node& node, const ModelTables& tables) {
     const Node vocab = node.at("vocab");
-    const std::size_t n = vocab.size();
+    const std::size_t n = tables.scored.size();
     scores_.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
-      const Node entry = vocab.at(i);
-      if (!entry.value().is_array() || entry.value().size() != 2)
-        entry.fail("expected [\"piece\", score]");
-      const std::string p = entry.at(std::size_t{0}).str();
-      const double score = entry.at(std::size_t{1}).number();
-      if (p.size() > masque::tok::kMaxTokenBytes) entry.fail("the piece is too long");
+      const auto& [p, score] = tables.scored[i];
+      if (p.size() > masque::tok::kMaxTokenBytes)
+        vocab.fail_at("[" + std::to_string(i) + "]", "the piece is too long");
       vocab_.add(p, static_cast<TokenId>(i));  // a duplicate keeps its first id
       scores_.push_back(score);
       min_score_ = std::min(min_score_, score);
@@ -311,8 +302,10 @@ class Unigram final : public Model {
           target = {candidate, static_cast<std::int64_t>(start), id};
       }
       if (!single) {
-        if (unk_ < 0) throw masque::RecordError("tokenizer-json: a character is not in the "
-                                                "Unigram vocabulary and the model has no unk_id");
+        if (unk_ < 0)
+          throw masque::RecordError(
+              "tokenizer-json: a character is not in the "
+              "Unigram vocabulary and the model has no unk_id");
         Best& target = best[start + mblen];
         const double candidate = unk_score + till_here;
         if (target.starts_at < 0 || candidate > target.score)
@@ -388,8 +381,8 @@ class Unigram final : public Model {
 // ---------------------------------------------------------------------------------------------
 class WordPiece final : public Model {
  public:
-  explicit WordPiece(const Node& node) {
-    vocab_ = Vocabulary::from_object(node.at("vocab"));
+  WordPiece(const Node& node, const ModelTables& tables) {
+    vocab_ = Vocabulary::from_entries(tables.vocab, node.at("vocab"));
     const Node unk = node.at("unk_token");
     unk_ = vocab_.find(unk.str());
     if (unk_ < 0) unk.fail("the unk_token " + quote_token(unk.str()) + " is not in the vocabulary");
@@ -443,8 +436,8 @@ class WordPiece final : public Model {
 
 class WordLevel final : public Model {
  public:
-  explicit WordLevel(const Node& node) {
-    vocab_ = Vocabulary::from_object(node.at("vocab"));
+  WordLevel(const Node& node, const ModelTables& tables) {
+    vocab_ = Vocabulary::from_entries(tables.vocab, node.at("vocab"));
     const Node unk = node.get("unk_token");
     if (!unk.is_null()) unk_ = vocab_.find(unk.str());
   }
@@ -469,7 +462,7 @@ class WordLevel final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_model(const Node& node, bool byte_level) {
+std::unique_ptr<Model> make_model(const Node& node, const ModelTables& tables, bool byte_level) {
   std::string type;
   if (node.has("type")) {
     type = node.type();
@@ -484,10 +477,24 @@ std::unique_ptr<Model> make_model(const Node& node, bool byte_level) {
   } else {
     node.fail("cannot tell the model type (no \"type\" and no \"vocab\")");
   }
-  if (type == "BPE") return std::make_unique<Bpe>(node, byte_level);
-  if (type == "Unigram") return std::make_unique<Unigram>(node);
-  if (type == "WordPiece") return std::make_unique<WordPiece>(node);
-  if (type == "WordLevel") return std::make_unique<WordLevel>(node);
+  // The tables were read for $.model.vocab / $.model.merges; a list vocabulary is Unigram's.
+  const bool list = tables.vocab_is_list;
+  if (type == "BPE" || type == "WordPiece" || type == "WordLevel") {
+    const Node vocab = node.at("vocab");
+    if (!tables.has_vocab || list) vocab.fail("expected an object {\"token\": id, ...}");
+  }
+  if (type == "Unigram") {
+    const Node vocab = node.at("vocab");
+    if (!tables.has_vocab || !list) vocab.fail("expected a list [[\"piece\", score], ...]");
+  }
+  if (type == "BPE") {
+    const Node merges = node.at("merges");
+    if (!tables.has_merges) merges.fail("expected a list of merges");
+    return std::make_unique<Bpe>(node, tables, byte_level);
+  }
+  if (type == "Unigram") return std::make_unique<Unigram>(node, tables);
+  if (type == "WordPiece") return std::make_unique<WordPiece>(node, tables);
+  if (type == "WordLevel") return std::make_unique<WordLevel>(node, tables);
   node.unknown_type("model", "BPE, Unigram, WordPiece, WordLevel");
 }
 

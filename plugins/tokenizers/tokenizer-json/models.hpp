@@ -41,6 +41,7 @@ class Model {
   virtual bool reads_raw_bytes() const { return false; }
 };
 
-std::unique_ptr<Model> make_model(const Node& node, bool byte_level);
+// `tables` holds the vocabulary and merges read with the file (json_node.hpp).
+std::unique_ptr<Model> make_model(const Node& node, const ModelTables& tables, bool byte_level);
 
 }  // namespace masque::hfjson

@@ -47,8 +47,8 @@ class UnicodeForm final : public Normalizer {
   }
   void normalize(Normalized& n) const override {
     UErrorCode status = U_ZERO_ERROR;
-    if (norm_->isNormalizedUTF8(icu::StringPiece(n.text.data(), static_cast<int32_t>(n.text.size())),
-                                status) &&
+    if (norm_->isNormalizedUTF8(
+            icu::StringPiece(n.text.data(), static_cast<int32_t>(n.text.size())), status) &&
         U_SUCCESS(status))
       return;
     status = U_ZERO_ERROR;
@@ -113,7 +113,8 @@ class Strip final : public Normalizer {
   void normalize(Normalized& n) const override {
     std::size_t b = 0, e = n.text.size();
     std::vector<std::pair<std::size_t, std::size_t>> chars;
-    for_each_char(n.text, [&](std::size_t s, std::size_t t, char32_t) { chars.emplace_back(s, t); });
+    for_each_char(n.text,
+                  [&](std::size_t s, std::size_t t, char32_t) { chars.emplace_back(s, t); });
     auto space = [&](std::size_t k) {
       char32_t cp = 0;
       decode_utf8(n.text, chars[k].first, cp);
@@ -154,7 +155,8 @@ class StripAccents final : public Normalizer {
 
 class Replace final : public Normalizer {
  public:
-  explicit Replace(const Node& node) : pattern_(node.at("pattern")), content_(node.str("content")) {}
+  explicit Replace(const Node& node)
+      : pattern_(node.at("pattern")), content_(node.str("content")) {}
   void normalize(Normalized& n) const override {
     std::vector<Span> matches;
     pattern_.find_all(n.text, matches);

@@ -25,7 +25,8 @@ void append(Encoding& to, const Encoding& from, std::int32_t type) {
 }
 
 ByteSpan start_of(const Encoding& e) {
-  return e.offsets.empty() ? ByteSpan{0, 0} : ByteSpan{e.offsets.front().begin, e.offsets.front().begin};
+  return e.offsets.empty() ? ByteSpan{0, 0}
+                           : ByteSpan{e.offsets.front().begin, e.offsets.front().begin};
 }
 ByteSpan end_of(const Encoding& e) {
   return e.offsets.empty() ? ByteSpan{0, 0} : ByteSpan{e.offsets.back().end, e.offsets.back().end};

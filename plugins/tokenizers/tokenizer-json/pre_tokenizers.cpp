@@ -330,9 +330,8 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Node& node) {
   if (type == "Whitespace") return std::make_unique<Whitespace>();
   if (type == "WhitespaceSplit") return char_split(is_whitespace, Behavior::removed);
   if (type == "Digits")
-    return char_split(is_numeric, node.boolean("individual_digits", false)
-                                      ? Behavior::isolated
-                                      : Behavior::contiguous);
+    return char_split(is_numeric, node.boolean("individual_digits", false) ? Behavior::isolated
+                                                                           : Behavior::contiguous);
   if (type == "Punctuation") {
     const Node b = node.get("behavior");
     return char_split(is_punctuation, b.is_null() ? Behavior::isolated : parse_behavior(b));
@@ -346,8 +345,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Node& node) {
       auto p = make_pre_tokenizer(list.at(i));
       if (!p) continue;
       // Pieces stay raw bytes (see the header): nothing may look at them after ByteLevel.
-      if (byte_level)
-        list.at(i).fail("a pre-tokenizer after ByteLevel is not supported by masque");
+      if (byte_level) list.at(i).fail("a pre-tokenizer after ByteLevel is not supported by masque");
       byte_level = p->byte_level();
       parts.push_back(std::move(p));
     }

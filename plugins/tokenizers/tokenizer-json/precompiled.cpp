@@ -96,7 +96,8 @@ bool Precompiled::transform(std::string_view chunk, std::string_view& replacemen
       const std::size_t at = value_of(units_[node]);
       if (at >= pool_.size()) return false;
       const std::size_t end = pool_.find('\0', at);
-      replacement = std::string_view(pool_).substr(at, (end == std::string::npos ? pool_.size() : end) - at);
+      replacement =
+          std::string_view(pool_).substr(at, (end == std::string::npos ? pool_.size() : end) - at);
       return true;
     }
   }

@@ -49,7 +49,8 @@ using namespace masque::hfjson;
 // The tokenizer.json named by `path`: the file itself, or the one in the folder.
 std::string locate(const std::string& path) {
   if (path.empty())
-    throw ConfigError("tokenizer-json: set `path` (a model folder with tokenizer.json, or the file)");
+    throw ConfigError(
+        "tokenizer-json: set `path` (a model folder with tokenizer.json, or the file)");
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     const fs::path file = fs::path(path) / "tokenizer.json";
@@ -68,12 +69,12 @@ class TokenizerJson final : public masque::Tokenizer {
  public:
   explicit TokenizerJson(const masque::Params& params) {
     file_ = locate(params.get_string("path"));
-    const json j = read_tokenizer_json(file_);
-    const Node root(j, file_, "$");
+    const TokenizerFile file = read_tokenizer_json(file_);
+    const Node root(file.root, file_, "$");
     normalizer_ = make_normalizer(root.get("normalizer"));
     pre_tokenizer_ = make_pre_tokenizer(root.get("pre_tokenizer"));
     byte_level_ = pre_tokenizer_ && pre_tokenizer_->byte_level();
-    model_ = make_model(root.at("model"), byte_level_);
+    model_ = make_model(root.at("model"), file.tables, byte_level_);
     added_ = std::make_unique<AddedVocabulary>(root.get("added_tokens"), normalizer_.get());
     post_processor_ = make_post_processor(root.get("post_processor"));
     decoder_ = make_decoder(root.get("decoder"));

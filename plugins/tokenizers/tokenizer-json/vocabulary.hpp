@@ -12,8 +12,9 @@ namespace masque::hfjson {
 
 class Vocabulary {
  public:
-  // From {"token": id, ...}.
-  static Vocabulary from_object(const Node& node);
+  // From the entries of {"token": id, ...} (ModelTables::vocab); `where` names it in errors.
+  static Vocabulary from_entries(const std::vector<std::pair<std::string, std::int64_t>>& entries,
+                                 const Node& where);
   // Adds an entry; returns false when `piece` is already there (the first id stays).
   bool add(std::string piece, TokenId id);
 
