@@ -19,7 +19,8 @@ using namespace masque::test;
 
 namespace {
 
-const char* const kFolders[] = {"llama3", "qwen3", "deepseek-v3", "gemma3", "phi-3-mini", "t5-small"};
+const char* const kFolders[] = {"llama3", "qwen3",      "deepseek-v3",
+                                "gemma3", "phi-3-mini", "t5-small"};
 
 std::filesystem::path json_dir(const std::string& name) {
   return shared_dir() / "tokenizers-json" / name;
@@ -79,7 +80,8 @@ TEST_CASE("tokenizer-json: every encode vector of the six files", "[tokenizer-js
       exact += e.ids == ids_of(v["ids"]);
       CHECK(consistent(e));
       CHECK(spans_in_bounds(e, text.size()));
-      for (std::size_t k = 0; k < e.ids.size(); ++k) CHECK(e.pieces[k] == tok.id_to_piece(e.ids[k]));
+      for (std::size_t k = 0; k < e.ids.size(); ++k)
+        CHECK(e.pieces[k] == tok.id_to_piece(e.ids[k]));
     }
     CHECK(exact == vectors.size());
   }
@@ -168,8 +170,9 @@ TEST_CASE("tokenizer-json: the same ids from several threads at once", "[tokeniz
     threads.emplace_back([&, t] {
       for (int round = 0; round < 20; ++round)
         for (const auto& v : vectors)
-          wrong[t] += tok.encode(v["text"].get<std::string>(), v.value("add_special_tokens", false))
-                          .ids != ids_of(v["ids"]);
+          wrong[t] +=
+              tok.encode(v["text"].get<std::string>(), v.value("add_special_tokens", false)).ids !=
+              ids_of(v["ids"]);
     });
   for (auto& th : threads) th.join();
   CHECK(wrong == std::vector<int>(4, 0));
@@ -224,17 +227,17 @@ TEST_CASE("tokenizer-json: broken files are configuration errors naming file and
                Catch::Contains("tokenizer.json: $.model.merges[1]: the token 'c' is not in the "
                                "vocabulary"));
     j["model"]["merges"] = nlohmann::json::array({nlohmann::json::array({"b", "a"})});
-    CHECK_THAT(error_for_file("bad-merged", j.dump()),
-               Catch::Contains("$.model.merges[0]: the merged token 'ba' is not in the vocabulary"));
+    CHECK_THAT(
+        error_for_file("bad-merged", j.dump()),
+        Catch::Contains("$.model.merges[0]: the merged token 'ba' is not in the vocabulary"));
   }
   SECTION("wrong types and values") {
     auto j = small_bpe();
     j["model"]["vocab"]["a"] = "zero";
     CHECK_THAT(error_for_file("vocab-type", j.dump()), Catch::Contains("$.model.vocab"));
     auto k = small_bpe();
-    k["pre_tokenizer"] = {{"type", "Split"},
-                          {"pattern", {{"Regex", "(unclosed"}}},
-                          {"behavior", "Isolated"}};
+    k["pre_tokenizer"] = {
+        {"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
     CHECK_THAT(error_for_file("bad-regex", k.dump()),
                Catch::Contains("$.pre_tokenizer.pattern.Regex: the regex does not compile"));
     auto l = small_bpe();
@@ -285,10 +288,41 @@ TEST_CASE("tokenizer-json: the Llama 3 / Qwen2 scanner cuts text as the regex do
   for (const char* name : kFolders)
     for (const auto& v : read_jsonl(json_dir(name) / "vectors.jsonl")) texts.push_back(v["text"]);
   // Random strings over the characters where the alternatives differ.
-  const std::vector<std::string> alphabet = {
-      "'", "s", "S", "t", "re", "VE", "ll", "D", "m", "\xC5\xBF", "a", "Z", "\xC3\xA9", "1", "23",
-      "\xD9\xA3", "\xC2\xBD", " ", "  ", "\t", "\n", "\r", "\r\n", "\xC2\xA0", "\xC2\x85", "\x0B",
-      "\xE3\x80\x80", ".", ",", "!?", "-", "\xF0\x9F\x98\x81", "\xE5\x8C\x97", "\xCC\x81", "_"};
+  const std::vector<std::string> alphabet = {"'",
+                                             "s",
+                                             "S",
+                                             "t",
+                                             "re",
+                                             "VE",
+                                             "ll",
+                                             "D",
+                                             "m",
+                                             "\xC5\xBF",
+                                             "a",
+                                             "Z",
+                                             "\xC3\xA9",
+                                             "1",
+                                             "23",
+                                             "\xD9\xA3",
+                                             "\xC2\xBD",
+                                             " ",
+                                             "  ",
+                                             "\t",
+                                             "\n",
+                                             "\r",
+                                             "\r\n",
+                                             "\xC2\xA0",
+                                             "\xC2\x85",
+                                             "\x0B",
+                                             "\xE3\x80\x80",
+                                             ".",
+                                             ",",
+                                             "!?",
+                                             "-",
+                                             "\xF0\x9F\x98\x81",
+                                             "\xE5\x8C\x97",
+                                             "\xCC\x81",
+                                             "_"};
   std::mt19937 rng(21);
   for (int k = 0; k < 3000; ++k) {
     std::string t;
@@ -305,4 +339,31 @@ TEST_CASE("tokenizer-json: the Llama 3 / Qwen2 scanner cuts text as the regex do
       CHECK(got == want);
     }
   }
+}
+
+TEST_CASE("tokenizer-json: components beyond the six files match Hugging Face tokenizers",
+          "[tokenizer-json]") {
+  // data/tokenizer_json_components.jsonl: ids and decodes from Hugging Face tokenizers 0.22
+  // (Rust, bench/tokenizers/component_vectors.mjs) for the small files of the fuzz seed corpus.
+  std::map<std::string, std::unique_ptr<Tokenizer>> tokenizers;
+  std::size_t count = 0;
+  for (const auto& v :
+       read_jsonl(source_dir() / "tests/tokenizers/data/tokenizer_json_components.jsonl")) {
+    const std::string name = v["file"];
+    auto& tok = tokenizers[name];
+    if (!tok)
+      tok = tokenizer(
+          "tokenizer-json",
+          {{"path",
+            (source_dir() / "tests/fuzz/corpus/tokenizer_json" / (name + ".json")).string()}});
+    const std::string text = v["text"];
+    INFO(name << ": " << text << (v["add_special_tokens"].get<bool>() ? " (add_special)" : ""));
+    const Encoding e = tok->encode(text, v["add_special_tokens"].get<bool>());
+    CHECK(e.ids == ids_of(v["ids"]));
+    CHECK(spans_in_bounds(e, text.size()));
+    CHECK(tok->decode(ids_of(v["ids"]), false) == v["decoded"].get<std::string>());
+    CHECK(tok->decode(ids_of(v["ids"]), true) == v["decoded_skip"].get<std::string>());
+    ++count;
+  }
+  CHECK(count == 160);
 }

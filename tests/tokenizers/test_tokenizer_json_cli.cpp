@@ -15,8 +15,8 @@ std::vector<json> run_tokenize(const std::string& folder, const std::vector<json
                                bool special) {
   std::string input;
   for (const auto& v : vectors) input += json({{"text", v["text"]}}).dump() + "\n";
-  std::vector<std::string> args = {"tokenize", "--tokenizer", "tokenizer-json", "--set",
-                                   "path=" + folder, "--input-format", "jsonl", "-q"};
+  std::vector<std::string> args = {"tokenize",       "--tokenizer",    "tokenizer-json", "--set",
+                                   "path=" + folder, "--input-format", "jsonl",          "-q"};
   if (!special) args.push_back("--no-special");
   const auto r = run_masque(args, input);
   INFO(r.err);
@@ -26,7 +26,8 @@ std::vector<json> run_tokenize(const std::string& folder, const std::vector<json
 
 }  // namespace
 
-TEST_CASE("tokenize: every tokenizer.json vector through the CLI", "[e2e][tokenize][tokenizer-json]") {
+TEST_CASE("tokenize: every tokenizer.json vector through the CLI",
+          "[e2e][tokenize][tokenizer-json]") {
   for (const char* name : {"llama3", "qwen3", "deepseek-v3", "gemma3", "phi-3-mini", "t5-small"}) {
     INFO(name);
     const std::string folder = (shared_dir() / "tokenizers-json" / name).string();
