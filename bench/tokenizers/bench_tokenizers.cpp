@@ -1,8 +1,12 @@
-// Tokenizer throughput: masque's bpe (GPT-2) and wordpiece (bert-base-uncased) plugins, one
-// thread, encoding a corpus line by line (one record per line, as `masque run` does).
+// Tokenizer throughput: masque's bpe (GPT-2), wordpiece (bert-base-uncased) and tokenizer-json
+// (the six files of ../shared/tokenizers-json) plugins, one thread, encoding a corpus line by
+// line (one record per line, as `masque run` does).
 //
 //   masque-bench-tokenizers corpus OUT [--mb N]    write a deterministic corpus of about N MB
-//   masque-bench-tokenizers run CORPUS [--reps N]  time both tokenizers, print RESULT lines
+//   masque-bench-tokenizers run CORPUS [--reps N] [--only NAMES]
+//                                                  time the tokenizers, print RESULT lines
+//   masque-bench-tokenizers load FOLDER            time loading tokenizer.json, print LOAD
+//                                                  (seconds, resident memory it added)
 //
 // RESULT <name> <median MB/s, wall clock> <median MB/s, thread CPU time> <first-pass MB/s>
 //        <tokens> <checksum of all ids>
@@ -20,6 +24,9 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <malloc.h>
+#include <unistd.h>
 
 #include "tokenizer_loader.hpp"
 
@@ -152,6 +159,28 @@ Pass encode_all(const masque::Tokenizer& tok, const std::vector<std::string>& li
   return p;
 }
 
+// Resident memory of this process in bytes (/proc/self/statm).
+std::size_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::size_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+int load(const std::string& folder) {
+  const std::size_t before = resident_bytes();
+  const auto start = std::chrono::steady_clock::now();
+  auto tok =
+      masque::test::make_tokenizer("tokenizer-json", {{"path", folder}}, MASQUE_BUILD_PLUGIN_DIR);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  malloc_trim(0);  // what the tokenizer keeps, not what loading used on the way
+  const std::size_t after = resident_bytes();
+  std::printf("LOAD %s %.3f %.1f %d\n", folder.c_str(), seconds,
+              static_cast<double>(after - before) / 1048576.0, tok->vocab_size());
+  return 0;
+}
+
 void bench(const char* name, const std::string& plugin, const std::string& folder,
            const std::vector<std::string>& lines, std::size_t bytes, int reps) {
   auto tok = masque::test::make_tokenizer(plugin, {{"path", folder}}, MASQUE_BUILD_PLUGIN_DIR);
@@ -182,21 +211,40 @@ int main(int argc, char** argv) {
         if (std::strcmp(argv[i], "--mb") == 0) mb = std::stod(argv[i + 1]);
       return write_corpus(argv[2], mb);
     }
+    if (argc >= 3 && std::strcmp(argv[1], "load") == 0) return load(argv[2]);
     if (argc >= 3 && std::strcmp(argv[1], "run") == 0) {
       int reps = 5;
-      for (int i = 3; i + 1 < argc; ++i)
+      std::string only;  // comma-separated RESULT names; empty: all
+      for (int i = 3; i + 1 < argc; ++i) {
         if (std::strcmp(argv[i], "--reps") == 0) reps = std::stoi(argv[i + 1]);
+        if (std::strcmp(argv[i], "--only") == 0) only = "," + std::string(argv[i + 1]) + ",";
+      }
+      auto wanted = [&](const std::string& name) {
+        return only.empty() || only.find("," + name + ",") != std::string::npos;
+      };
       const std::string text = read_file(argv[2]);
       const auto lines = lines_of(text);
       std::size_t bytes = 0;
       for (const auto& l : lines) bytes += l.size();
       const std::string tokenizers = std::string(MASQUE_SHARED_DIR) + "/tokenizers/";
-      bench("masque-bpe-gpt2", "bpe", tokenizers + "gpt2", lines, bytes, reps);
-      bench("masque-wordpiece-bert-base-uncased", "wordpiece", tokenizers + "bert-base-uncased",
-            lines, bytes, reps);
+      if (wanted("masque-bpe-gpt2"))
+        bench("masque-bpe-gpt2", "bpe", tokenizers + "gpt2", lines, bytes, reps);
+      if (wanted("masque-wordpiece-bert-base-uncased"))
+        bench("masque-wordpiece-bert-base-uncased", "wordpiece", tokenizers + "bert-base-uncased",
+              lines, bytes, reps);
+      for (const char* model :
+           {"llama3", "qwen3", "deepseek-v3", "gemma3", "phi-3-mini", "t5-small"}) {
+        const std::string name = std::string("masque-json-") + model;
+        if (wanted(name))
+          bench(name.c_str(), "tokenizer-json",
+                std::string(MASQUE_SHARED_DIR) + "/tokenizers-json/" + model, lines, bytes, reps);
+      }
       return 0;
     }
-    std::fprintf(stderr, "usage: %s corpus OUT [--mb N] | run CORPUS [--reps N]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s corpus OUT [--mb N] | run CORPUS [--reps N] [--only NAMES] | load "
+                 "FOLDER\n",
+                 argv[0]);
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
