@@ -79,7 +79,7 @@ class TokenizerJson final : public masque::Tokenizer {
     post_processor_ = make_post_processor(root.get("post_processor"));
     decoder_ = make_decoder(root.get("decoder"));
     build_pieces();
-    read_special_tokens(root);
+    read_special_tokens();
   }
 
   Encoding encode(std::string_view text, bool add_special) const override {
@@ -108,7 +108,7 @@ class TokenizerJson final : public masque::Tokenizer {
                                   std::to_string(vocab_size() - 1) + ")");
       if (skip_special && added_->is_special(id)) continue;
       const std::string& p = pieces_[id];
-      if (p.empty() && !model_->piece(id).size()) continue;  // a gap: Hugging Face skips it
+      if (p.empty()) continue;  // an id no token has: Hugging Face skips it
       tokens.push_back(p);
     }
     if (!decoder_) {
@@ -209,8 +209,7 @@ class TokenizerJson final : public masque::Tokenizer {
 
   // Which ids are BOS, EOS, ...: tokenizer_config.json next to tokenizer.json names them
   // (Hugging Face keeps them there); the model's unk token otherwise.
-  void read_special_tokens(const Node& root) {
-    (void)root;
+  void read_special_tokens() {
     special_.unk = model_->unk();
     const fs::path cfg = fs::path(file_).parent_path() / "tokenizer_config.json";
     std::error_code ec;
