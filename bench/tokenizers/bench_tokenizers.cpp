@@ -217,10 +217,17 @@ int main(int argc, char** argv) {
       std::string only;  // comma-separated RESULT names; empty: all
       for (int i = 3; i + 1 < argc; ++i) {
         if (std::strcmp(argv[i], "--reps") == 0) reps = std::stoi(argv[i + 1]);
-        if (std::strcmp(argv[i], "--only") == 0) only = "," + std::string(argv[i + 1]) + ",";
+        if (std::strcmp(argv[i], "--only") == 0) {
+          only.assign(1, ',');
+          only.append(argv[i + 1]);
+          only.push_back(',');
+        }
       }
       auto wanted = [&](const std::string& name) {
-        return only.empty() || only.find("," + name + ",") != std::string::npos;
+        std::string key(1, ',');
+        key.append(name);
+        key.push_back(',');
+        return only.empty() || only.find(key) != std::string::npos;
       };
       const std::string text = read_file(argv[2]);
       const auto lines = lines_of(text);
