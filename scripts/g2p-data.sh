@@ -49,6 +49,7 @@ awk -v dict="$dict" -v stats="$tmp/parse.stats" '
       if (n < 2) fail("alternate number (" n ") must be 2 or more")
     }
     if (word == "") fail("empty headword")
+    if (word ~ /[^!-~]/) fail("headword \"" word "\" has bytes outside printable ASCII")
     if (word ~ /[A-Z]/) fail("headword \"" word "\" has upper-case letters (expected the lower-case pocketsphinx dictionary)")
     if ((word SUBSEP n) in seen) fail("\"" $1 "\" appears twice")
     seen[word SUBSEP n] = 1
@@ -72,7 +73,7 @@ awk -v dict="$dict" -v stats="$tmp/parse.stats" '
 sort -t $'\t' -k1,1 -k2,2n "$tmp/parsed" >"$tmp/sorted"
 
 # 3. Number the headwords and write the splits. The source side is the headword's characters
-#    separated by spaces (every byte is one character: the dictionary is ASCII, checked below).
+#    separated by spaces (every byte is one character: the headwords are ASCII, checked above).
 awk -v dir="$tmp" -v stats="$tmp/split.stats" '
   BEGIN { FS = "\t" }
   function split_of(i) { return i % 20 == 0 ? "test" : i % 20 == 1 ? "valid" : "train" }
@@ -85,10 +86,6 @@ awk -v dir="$tmp" -v stats="$tmp/split.stats" '
     flush()
     s = split_of(words++); nwords[s]++
     prev = $1; refs = ""; delete pron
-    if (prev ~ /[^!-~]/) {
-      printf "g2p-data: headword \"%s\" has bytes outside printable ASCII\n", prev > "/dev/stderr"
-      exit 2
-    }
     letters = ""
     for (i = 1; i <= length(prev); i++) {
       c = substr(prev, i, 1); letters = letters (i > 1 ? " " : "") c; chars[c] = 1

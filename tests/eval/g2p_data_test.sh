@@ -95,14 +95,16 @@ k b k	K AA" "$(cat "$out/test.tsv")"
   printf 'ok AH\nbad\n' >"$work/bad1.dict"
   printf 'ok AH\nok(2) AH\nx y z\n' >"$work/bad2.dict"
   printf 'ok AH\nok AE\n' >"$work/bad3.dict"
+  printf 'ok AH\ncaf\xc3\xa9 K AE F EY\n' >"$work/bad4.dict"
   local n msg rc want
-  for n in 1 2 3; do
+  for n in 1 2 3 4; do
     msg=$("$script" "$work/bad$n" "$work/bad$n.dict" 2>&1 >/dev/null)
     rc=$?
     case $n in
       1) want='bad1.dict:2: headword "bad" has no phones' ;;
       2) want='bad2.dict:3: phone "y" is not an ARPAbet symbol' ;;
       3) want='bad3.dict:2: "ok" appears twice' ;;
+      4) want='bad4.dict:2: headword "café" has bytes outside printable ASCII' ;;
     esac
     check "bad dictionary $n: exit 2 ($rc) naming the line ($msg)" test "$rc" -eq 2
     check "bad dictionary $n: the message" contains "$msg" "$want"
