@@ -15,6 +15,7 @@ int cmd_plugins(int argc, char** argv);
 int cmd_tasks(int argc, char** argv);
 int cmd_mask(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
+int cmd_eval(int argc, char** argv);
 }  // namespace masque::cli
 
 namespace {
@@ -29,6 +30,7 @@ Commands:
   tasks [NAME]      list the tasks a pipeline can run, or show one task's parameters
   mask              show a mask strategy's attention pattern for some tokens
   tokenize          run a tokenizer alone: ids, pieces and byte offsets per record
+  eval              word and token error rates of hypotheses against references
 
 Options:
   -h, --help        this help; `masque COMMAND --help` for a command
@@ -70,6 +72,7 @@ int main(int argc, char** argv) {
     if (command == "tasks") return cli::cmd_tasks(argc - 1, argv + 1);
     if (command == "mask") return cli::cmd_mask(argc - 1, argv + 1);
     if (command == "tokenize") return cli::cmd_tokenize(argc - 1, argv + 1);
+    if (command == "eval") return cli::cmd_eval(argc - 1, argv + 1);
     std::fprintf(stderr, "masque: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return kExitUsage;
   } catch (const boost::program_options::error& e) {
