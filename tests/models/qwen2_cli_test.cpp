@@ -1,5 +1,5 @@
 // The qwen2 plugin through the CLI (lm-score, lm-generate with greedy and beam search, and the
-// causal-window mask strategy) on the generated Qwen2 folders, against qwen2_reference.py.
+// windowed-causal mask strategy) on the generated Qwen2 folders, against qwen2_reference.py.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -50,12 +50,12 @@ double nll_of(const json& logits, const json& ids) {
 
 }  // namespace
 
-TEST_CASE("qwen2 CLI: lm-score matches the reference NLLs, causal and causal-window",
+TEST_CASE("qwen2 CLI: lm-score matches the reference NLLs, causal and windowed-causal",
           "[qwen2][e2e]") {
   const json ref = read_json(kFixture / "reference.json");
   for (const char* variant : {"qwen2-tied", "qwen2-window", "llama-window"}) {
     for (const bool window3 : {false, true}) {
-      DYNAMIC_SECTION(variant << (window3 ? " causal-window 3" : " causal")) {
+      DYNAMIC_SECTION(variant << (window3 ? " windowed-causal 3" : " causal")) {
         std::string input;
         std::vector<json> seqs;
         for (const auto& s : ref[variant]["sequences"])
@@ -63,7 +63,7 @@ TEST_CASE("qwen2 CLI: lm-score matches the reference NLLs, causal and causal-win
             seqs.push_back(s);
             input += ids_line(s["ids"]);
           }
-        const std::string mask = window3 ? "mask:\n  plugin: causal-window\n  window: 3\n" : "";
+        const std::string mask = window3 ? "mask:\n  plugin: windowed-causal\n  window: 3\n" : "";
         auto r = run_masque(
             {"run", pipeline(variant, "lm-score", mask).string(), "--input-format", "ids", "-q"},
             input);

@@ -122,7 +122,7 @@ def layer_windows(config):
 
 
 def forward(config, w, ids, mask_window=None):
-    """Logits [T, V] of one sequence (positions 0..T-1). mask_window: the causal-window mask
+    """Logits [T, V] of one sequence (positions 0..T-1). mask_window: the windowed-causal mask
     strategy's window on top of the model's own (the narrower holds)."""
     c, heads, kv = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"]
     d, T = c // heads, len(ids)

@@ -1,6 +1,6 @@
 // The qwen2 plugin (and llama with a Mistral-style sliding_window) against float64 references
 // from a plain-torch Qwen2 (qwen2_reference.py, run by the models_qwen2_fixture test): logits
-// of single and batched sequences, the sliding window of the config and of the causal-window
+// of single and batched sequences, the sliding window of the config and of the windowed-causal
 // mask strategy, greedy decoding, and KV-cached steps against full forwards.
 #include <catch2/catch.hpp>
 
@@ -82,10 +82,10 @@ TEST_CASE("qwen2: logits match the float64 reference, alone and right-padded in 
   }
 }
 
-TEST_CASE("qwen2: the causal-window mask strategy matches the reference's window of 3",
-          "[qwen2][causal-window]") {
+TEST_CASE("qwen2: the windowed-causal mask strategy matches the reference's window of 3",
+          "[qwen2][windowed-causal]") {
   const ThreadScope one(1);
-  auto mask = load_mask("causal-window", window_params(3));
+  auto mask = load_mask("windowed-causal", window_params(3));
   for (const char* name : {"qwen2-tied", "qwen2-window", "llama-window"}) {
     DYNAMIC_SECTION(name) {
       const json& variant = reference()[name];
@@ -109,11 +109,11 @@ TEST_CASE(
     "[qwen2]") {
   const ThreadScope one(1);
   auto causal = load_mask("causal");
-  auto windowed = load_mask("causal-window", window_params(3));
+  auto windowed = load_mask("windowed-causal", window_params(3));
   for (const char* name : {"qwen2-tied", "qwen2-window", "llama-window"}) {
     for (const MaskStrategy* mask : {causal.get(), windowed.get()}) {
       const bool window3 = mask == windowed.get();
-      DYNAMIC_SECTION(name << (window3 ? " under causal-window 3" : " under causal")) {
+      DYNAMIC_SECTION(name << (window3 ? " under windowed-causal 3" : " under causal")) {
         const json& variant = reference()[name];
         auto model = load_model(variant["plugin"].get<std::string>(), kFixture / name);
         std::vector<TokenId> ids = variant["prompt"].get<std::vector<TokenId>>();

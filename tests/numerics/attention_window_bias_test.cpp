@@ -115,7 +115,7 @@ TEST_CASE("T5 relative buckets match Hugging Face's", "[numerics][attention]") {
 }
 
 TEST_CASE("a sliding window hides keys ranked window or more below the query",
-          "[numerics][attention][causal-window]") {
+          "[numerics][attention][windowed-causal]") {
   const int T = 70;  // past one 64-row block: the sgemm path too
   for (const Dims& c : kDims)
     for (const std::int32_t window : {1, 3, 16}) {
@@ -139,7 +139,7 @@ TEST_CASE("a sliding window hides keys ranked window or more below the query",
     }
 }
 
-TEST_CASE("a sliding window holds on KV-cached steps", "[numerics][attention][causal-window]") {
+TEST_CASE("a sliding window holds on KV-cached steps", "[numerics][attention][windowed-causal]") {
   const AttentionDims dims{4, 2, 8, 0.35f};
   const int prompt = 5, steps = 6, T = prompt + steps, window = 3;
   const std::int64_t qw = 32, kw = 16;

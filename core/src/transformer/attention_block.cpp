@@ -35,7 +35,7 @@ Attention::Attention(const AttentionSpec& spec, const WeightReader& weights, con
   }
 }
 
-// The network's own window (a config's sliding_window) and the layout's (the causal-window
+// The network's own window (a config's sliding_window) and the layout's (the windowed-causal
 // mask strategy) both hold: the narrower wins.
 MaskView Attention::windowed(MaskView mask) const {
   if (window_ > 0) mask.window = mask.window > 0 ? std::min(mask.window, window_) : window_;

@@ -1,8 +1,8 @@
-// Mask strategy `causal-window`: causal attention within a sliding window (Mistral, Qwen2):
-// token i sees tokens j <= i with i - j < window. (Not named `sliding-window`: that is the
-// out-of-tree example plugin of examples/custom-plugin, which builds its window as a dense mask.) Ranks are positions, as for `causal`; the window is
-// carried in the layout and evaluated by the attention kernel (no n x n mask), so KV-cached
-// decoding stays valid.
+// Mask strategy `windowed-causal`: causal attention within a sliding window (Mistral, Qwen2):
+// token i sees tokens j <= i with i - j < window. Ranks are positions, as for `causal`; the
+// window is carried in the layout and evaluated by the attention kernel (no n x n mask), so
+// KV-cached decoding stays valid. (`sliding-window` is the name of the out-of-tree example
+// plugin in examples/custom-plugin, which builds the same pattern as a dense mask.)
 #include <limits>
 #include <string>
 
@@ -32,7 +32,7 @@ class SlidingWindowMask final : public masque::MaskStrategy {
 masque::Plugin* create(const masque::Params& params) {
   const std::int64_t window = params.get_int("window");
   if (window < 1 || window > std::numeric_limits<std::int32_t>::max())
-    throw masque::ConfigError("causal-window: window must be a positive integer, got " +
+    throw masque::ConfigError("windowed-causal: window must be a positive integer, got " +
                               std::to_string(window));
   return new SlidingWindowMask(static_cast<std::int32_t>(window));
 }
@@ -49,7 +49,7 @@ const masque::ParamSpec kParams[] = {
 const masque::PluginDescriptor* descriptor() {
   static const masque::PluginDescriptor d{
       .kind = masque::PluginKind::mask,
-      .name = "causal-window",
+      .name = "windowed-causal",
       .version = "1.0.0",
       .license = "MIT",
       .description = "token i attends to tokens j <= i with i - j < window (sliding-window LM)",
