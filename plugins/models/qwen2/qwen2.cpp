@@ -1,0 +1,40 @@
+// Model plugin `qwen2`: Hugging Face Qwen2 / Qwen2.5 causal LMs (Qwen2ForCausalLM): the Llama
+// network with biases on q, k and v only, RoPE theta from the config, optionally tied
+// embeddings, and a sliding window on the layers the config selects (use_sliding_window,
+// max_window_layers, layer_types). A config reader over the Transformer tier.
+#include "llama_family.hpp"
+
+namespace {
+
+masque::Plugin* create(const masque::Params& params) {
+  using namespace masque::models;
+  const HfFolder folder(params);
+  expect_model_type(folder.config, "qwen2");
+  const std::int32_t layers = positive(folder.config, "num_hidden_layers");
+  // Qwen2Config: sliding_window counts only with use_sliding_window; then the layers from
+  // max_window_layers on (or those layer_types marks) attend within the window.
+  const bool windowed = folder.config.get_bool("use_sliding_window", false);
+  const auto first = static_cast<std::int32_t>(folder.config.get_int("max_window_layers", 28));
+  const LlamaFamily family{.architecture = "qwen2",
+                           .default_positions = 32768,
+                           .qkv_bias = true,
+                           .windows = windowed ? sliding_windows(folder.config, layers, first)
+                                               : std::vector<std::int32_t>{}};
+  return build_llama_family(folder, family, params);
+}
+
+const masque::ParamSpec kParams[] = {
+    masque::models::path_param(
+        "model folder: config.json (model_type qwen2) and model.safetensors (or "
+        "model.safetensors.index.json and its shards) with Qwen2ForCausalLM tensor names; "
+        "generation_config.json, when present, overrides bos/eos/pad. With use_sliding_window, "
+        "the layers max_window_layers.. (or those layer_types marks sliding_attention) see only "
+        "keys ranked less than sliding_window below the query"),
+    masque::models::kMatmulDtypeParam,
+};
+
+}  // namespace
+
+MASQUE_MODEL_PLUGIN("qwen2", "1.0.0",
+                    "Qwen2 / Qwen2.5 causal language model (Hugging Face Qwen2ForCausalLM folder)",
+                    kParams, create)
