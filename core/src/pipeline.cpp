@@ -29,15 +29,10 @@ const std::vector<SectionKind>& pipeline_sections() {
 }
 
 const char* model_kind_name(ModelKind kind) {
-  switch (kind) {
-    case ModelKind::decoder_only:
-      return "decoder-only";
-    case ModelKind::encoder_only:
-      return "encoder-only";
-    case ModelKind::encoder_decoder:
-      return "encoder-decoder";
-  }
-  return "unknown";
+  // In ModelKind's order.
+  static constexpr const char* kNames[] = {"decoder-only", "encoder-only", "encoder-decoder"};
+  const auto i = static_cast<std::size_t>(kind);
+  return i < std::size(kNames) ? kNames[i] : "unknown";
 }
 
 const PluginConfig& Pipeline::at(const std::string& section) const {

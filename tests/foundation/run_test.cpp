@@ -87,6 +87,29 @@ std::string read_back(std::FILE* f) {
   return out;
 }
 
+struct Written {
+  std::string out;
+  WriterStats stats;
+  bool stopped = false;
+};
+
+// Puts `results` into a queue in the order given and writes them with an OrderedWriter.
+Written write_all(std::vector<Result> results, WriterOptions options) {
+  ResultQueue queue;
+  const auto total = results.size();
+  for (auto& r : results) queue.put(std::move(r));
+  queue.close(total);
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> bytes{0};
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out);
+  OrderedWriter writer(queue, out, std::move(options), stop, bytes);
+  writer.run();
+  Written w{read_back(out), writer.stats(), stop.load()};
+  std::fclose(out);
+  return w;
+}
+
 }  // namespace
 
 TEST_CASE("batcher: sorting by cost is stable", "[run][batcher]") {
@@ -183,47 +206,30 @@ TEST_CASE("ordered writer: results completed out of order come out in input orde
 }
 
 TEST_CASE("ordered writer: error records are written in their record's place", "[run][writer]") {
-  ResultQueue queue;
-  std::atomic<bool> stop{false};
-  std::atomic<std::uint64_t> bytes{0};
-  std::FILE* out = std::tmpfile();
-  REQUIRE(out);
-  queue.put(ok_result(2, "two"));
-  queue.put(error_result(1, "record one failed"));
-  queue.put(ok_result(0, "zero"));
-  queue.close(3);
-  OrderedWriter writer(queue, out, {.format = OutputFormat::text}, stop, bytes);
-  writer.run();
-  CHECK(read_back(out) == "zero\n\ntwo\n");
-  CHECK(writer.stats().records == 3);
-  CHECK(writer.stats().failed == 1);
-  CHECK_FALSE(writer.stats().stopped_on_failure);
-  std::fclose(out);
+  std::vector<Result> results;
+  results.push_back(ok_result(2, "two"));
+  results.push_back(error_result(1, "record one failed"));
+  results.push_back(ok_result(0, "zero"));
+  Written text = write_all(std::move(results), {.format = OutputFormat::text});
+  CHECK(text.out == "zero\n\ntwo\n");
+  CHECK(text.stats.records == 3);
+  CHECK(text.stats.failed == 1);
+  CHECK_FALSE(text.stats.stopped_on_failure);
 
-  ResultQueue again;
-  std::FILE* json = std::tmpfile();
-  again.put(ok_result(1, "one"));
-  again.put(error_result(0, "bad"));
-  again.close(2);
-  OrderedWriter json_writer(again, json, {.format = OutputFormat::jsonl}, stop, bytes);
-  json_writer.run();
-  CHECK(read_back(json) == "{\"id\":0,\"error\":\"bad\"}\n{\"id\":1,\"text\":\"one\"}\n");
-  std::fclose(json);
+  results.clear();
+  results.push_back(ok_result(1, "one"));
+  results.push_back(error_result(0, "bad"));
+  Written json = write_all(std::move(results), {.format = OutputFormat::jsonl});
+  CHECK(json.out == "{\"id\":0,\"error\":\"bad\"}\n{\"id\":1,\"text\":\"one\"}\n");
 }
 
 TEST_CASE("ordered writer: fail_fast stops after the first failed record", "[run][writer]") {
-  ResultQueue queue;
-  std::atomic<bool> stop{false};
-  std::atomic<std::uint64_t> bytes{0};
-  std::FILE* out = std::tmpfile();
-  queue.put(ok_result(0, "zero"));
-  queue.put(error_result(1, "failed"));
-  queue.put(ok_result(2, "two"));
-  queue.close(3);
-  OrderedWriter writer(queue, out, {.format = OutputFormat::text, .fail_fast = true}, stop, bytes);
-  writer.run();
-  CHECK(read_back(out) == "zero\n\n");
-  CHECK(writer.stats().stopped_on_failure);
-  CHECK(stop.load());
-  std::fclose(out);
+  std::vector<Result> results;
+  results.push_back(ok_result(0, "zero"));
+  results.push_back(error_result(1, "failed"));
+  results.push_back(ok_result(2, "two"));
+  Written w = write_all(std::move(results), {.format = OutputFormat::text, .fail_fast = true});
+  CHECK(w.out == "zero\n\n");
+  CHECK(w.stats.stopped_on_failure);
+  CHECK(w.stopped);
 }
