@@ -451,28 +451,28 @@ class Loader {
   // Older pipelines set the run settings under `task:`; they are read as `run:` keys (a key
   // given in both places is taken from `run:`), with a note for --dump-config.
   void move_run_settings(const TaskSpec& task, RawSection& section, Pipeline& pipeline) {
-    auto& keys = section.keys;
-    for (auto it = keys.begin(); it != keys.end();) {
+    // Rebuilt rather than erased from: assigning a YAML::Node writes into the node it refers
+    // to, so shifting elements would overwrite the values already moved.
+    std::vector<std::pair<std::string, RawValue>> kept;
+    for (const auto& [key, value] : section.keys) {
       const bool task_param = std::any_of(task.params.begin(), task.params.end(),
-                                          [&](const ParamSpec& p) { return it->first == p.name; });
-      if (task_param || !is_run_param(it->first)) {
-        ++it;
+                                          [&](const ParamSpec& p) { return key == p.name; });
+      if (task_param || !is_run_param(key)) {
+        kept.emplace_back(key, value);
         continue;
       }
       RawSection& run = sections_["run"];
       if (run.where.empty()) run.where = section.where;
-      const std::string key = it->first;
-      if (!run.find(key)) {
-        RawValue value = it->second;
-        value.shown = "task." + key;
-        run.keys.emplace_back(key, value);
-        pipeline.notes.push_back("task." + key + " is a run setting: read as run." + key);
-      } else {
+      if (run.find(key)) {
         pipeline.notes.push_back("task." + key + " is a run setting: run." + key +
                                  " was given too and is used");
+        continue;
       }
-      it = keys.erase(it);
+      run.keys.emplace_back(key, value);
+      run.keys.back().second.shown = "task." + key;
+      pipeline.notes.push_back("task." + key + " is a run setting: read as run." + key);
     }
+    section.keys = std::move(kept);
   }
 
   void validate_run(Pipeline& pipeline) {

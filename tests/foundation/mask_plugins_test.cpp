@@ -65,7 +65,7 @@ SequenceMask build(const MaskStrategy& mask, std::size_t length,
 
 }  // namespace
 
-TEST_CASE("permutation: the query stream over [CLS] a b c [SEP] with context", "[mask][plm]") {
+TEST_CASE("permutation: the query stream over CLS a b c SEP with context tokens", "[mask][plm]") {
   auto perm = load("permutation");
   // Slots are positions 1, 2, 3; the order 2, 0, 1 visits positions 3, 1, 2.
   const std::vector<std::uint8_t> context{1, 0, 0, 0, 1};

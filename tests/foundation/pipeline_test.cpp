@@ -199,7 +199,7 @@ TEST_CASE("pipeline: the dumped configuration loads back to itself", "[pipeline]
   CHECK(has(first.result.out, "  order: \"2,0,1\"\n"));
 }
 
-TEST_CASE("pipeline: run settings have their own section; old task: keys still work",
+TEST_CASE("pipeline: run settings have their own section, and old task: keys still work",
           "[pipeline][run]") {
   auto run = dump("run_section", std::string(kBase) + "run:\n  max_batch_size: 4\n",
                   {"--set", "run.read_ahead=9"});

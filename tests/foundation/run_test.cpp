@@ -128,7 +128,7 @@ TEST_CASE("batcher: batches are cut by record count", "[run][batcher]") {
         std::vector<std::vector<std::uint64_t>>{{0, 1, 2}, {3, 4, 5}, {6}});
 }
 
-TEST_CASE("batcher: batches are cut by padded tokens; a long record still gets a batch",
+TEST_CASE("batcher: batches are cut by padded tokens, and a long record still gets a batch",
           "[run][batcher]") {
   // 2, 2, 3 pads to 3 x 3 = 9 <= 10; adding a 5 would pad to 4 x 5 = 20. 5, 5 is 10.
   auto items = items_with_costs({2, 2, 3, 5, 5, 40});
