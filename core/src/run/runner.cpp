@@ -103,12 +103,12 @@ class CorpusRun {
 
 RunStats CorpusRun::run(std::FILE* in, std::FILE* out) {
   const auto start = Clock::now();
+  RecordReader reader(in, options_.input);  // before the writer thread: it may throw
   OrderedWriter writer(*queue_, out, writer_options(task_, options_), stop_, bytes_read_);
   std::thread writing([&] {
     block_stop_signals();
     writer.run();
   });
-  RecordReader reader(in, options_.input);
   read(reader);
   if (!stopping()) submit_window();
   if (interrupted()) stop_ = true;
