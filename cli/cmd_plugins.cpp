@@ -10,6 +10,7 @@
 
 #include "common.hpp"
 #include "masque/error.hpp"
+#include "run/settings.hpp"
 #include "tasks/task.hpp"
 
 namespace masque::cli {
@@ -238,6 +239,20 @@ int cmd_plugins(int argc, char** argv) {
   return status;
 }
 
+namespace {
+std::vector<std::string> model_kinds(const TaskSpec& spec) {
+  std::vector<std::string> out;
+  for (ModelKind kind : spec.model_kinds) out.emplace_back(model_kind_name(kind));
+  return out;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+}  // namespace
+
 int cmd_tasks(int argc, char** argv) {
   po::options_description o("Options");
   o.add_options()("help,h", "this help")("json", po::bool_switch(), "machine-readable output");
@@ -264,6 +279,8 @@ int cmd_tasks(int argc, char** argv) {
         j["required_sections"] = t.spec.required_sections;
         j["optional_sections"] = t.spec.optional_sections;
         j["parameters"] = params_json(t.spec.params.data(), t.spec.params.size());
+        j["model_kinds"] = model_kinds(t.spec);
+        j["held_masks"] = t.spec.held_masks;
         std::cout << j.dump(2) << "\n";
         return kExitOk;
       }
@@ -276,7 +293,12 @@ int cmd_tasks(int argc, char** argv) {
       }
       for (const auto& s : t.spec.optional_sections) opt += (opt.empty() ? "" : ", ") + s;
       std::cout << "  sections     " << req << (opt.empty() ? "" : "; optional: " + opt) << "\n";
+      const auto kinds = model_kinds(t.spec);
+      if (!kinds.empty()) std::cout << "  models       " << join(kinds) << "\n";
+      if (!t.spec.held_masks.empty())
+        std::cout << "  holds masks  " << join(t.spec.held_masks) << " (from the plugin host)\n";
       print_params(t.spec.params.data(), t.spec.params.size());
+      std::cout << "  (run settings: `masque tasks` lists them)\n";
       return kExitOk;
     }
     std::string all;
@@ -285,6 +307,10 @@ int cmd_tasks(int argc, char** argv) {
   }
   for (const auto& t : catalog)
     std::printf("%-14s %s\n", t.spec.name.c_str(), t.spec.description.c_str());
+  std::cout
+      << "\nrun settings (the pipeline's `run:` section, or --set run.KEY=VALUE; every task)\n";
+  const auto& run = run_param_specs();
+  print_params(run.data(), run.size());
   return kExitOk;
 }
 

@@ -22,6 +22,10 @@ Examples:
       --format nbest < words.txt
   cat in.jsonl | masque run p.yaml --input-format jsonl --field text | jq .ppl
 
+Run settings (batching and input limits) go in the pipeline's `run:` section or --set run.KEY=V;
+`masque tasks` lists them. Older pipelines that set them under `task:` keep working (they are
+read as run settings; --dump-config says so on stderr).
+
 Exit codes: 0 ok; 1 some records failed; 2 usage or configuration error; 3 runtime failure;
 128+N interrupted by signal N (only complete records were written).
 )";
@@ -32,8 +36,8 @@ int cmd_run(int argc, char** argv) {
   pipeline_opts.add_options()("help,h", "this help")(
       "set,s", po::value<std::vector<std::string>>()->composing(),
       "section.key=value: set any declared parameter (repeatable; e.g. decoder.beam_size=4, "
-      "decoder.plugin=beam, task.max_batch_size=8)")("dump-config", po::bool_switch(),
-                                                     "print the fully resolved pipeline and exit")(
+      "decoder.plugin=beam, run.max_batch_size=8)")("dump-config", po::bool_switch(),
+                                                    "print the fully resolved pipeline and exit")(
       "allow-plugin-file", po::bool_switch(),
       "allow `plugin:` values that name a library file instead of an installed plugin");
   po::options_description visible;
@@ -56,6 +60,8 @@ int cmd_run(int argc, char** argv) {
   Pipeline pipeline =
       load_pipeline_file(vm["pipeline"].as<std::string>(), load, *registry, task_specs());
   if (vm["dump-config"].as<bool>()) {
+    for (const auto& note : pipeline.notes)
+      std::fprintf(stderr, "masque: note: %s\n", note.c_str());
     std::cout << pipeline.dump();
     return kExitOk;
   }

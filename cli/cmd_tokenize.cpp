@@ -65,6 +65,7 @@ int cmd_tokenize(int argc, char** argv) {
   pipeline.file = source.file;
   pipeline.task = "tokenize";
   pipeline.plugins["tokenizer"] = source.at("tokenizer");
+  pipeline.run_params = source.run_params;
   for (const auto& t : task_catalog())
     if (t.spec.name == "tokenize")
       pipeline.task_params = default_params(t.spec.params.data(), t.spec.params.size());

@@ -59,7 +59,7 @@ po::options_description io_options() {
   return o;
 }
 
-RunOptions run_options_from(const po::variables_map& vm, const Params& task_params) {
+RunOptions run_options_from(const po::variables_map& vm, const Params& run_params) {
   RunOptions o;
   o.input.format = parse_input_format(vm["input-format"].as<std::string>());
   o.input.field = vm["field"].as<std::string>();
@@ -68,9 +68,8 @@ RunOptions run_options_from(const po::variables_map& vm, const Params& task_para
     std::string c;
     while (std::getline(ss, c, ',')) o.input.columns.push_back(c);
   }
-  o.input.max_record_bytes = static_cast<std::size_t>(task_params.get_int("max_record_bytes"));
-  o.input.replace_invalid_utf8 = task_params.get_string("invalid_utf8") == "replace";
-  o.batching = batching_from(task_params);
+  apply_input_limits(run_params, o.input);
+  o.batching = batching_from(run_params);
   o.format = parse_output_format(vm["format"].as<std::string>());
   o.unbuffered = vm["unbuffered"].as<bool>();
   o.threads = vm["threads"].as<int>();
@@ -109,7 +108,7 @@ void open_streams(const po::variables_map& vm, Streams& s) {
 }
 
 int run_pipeline(const Pipeline& pipeline, const Registry& registry, const po::variables_map& vm) {
-  RunOptions options = run_options_from(vm, pipeline.task_params);
+  RunOptions options = run_options_from(vm, pipeline.run_params);
   Streams streams;
   open_streams(vm, streams);
   options.input_size = streams.input_size;

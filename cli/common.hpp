@@ -27,7 +27,8 @@ po::variables_map parse(int argc, char** argv, const po::options_description& vi
 
 // Options shared by run and tokenize: input/output, formats, threads, progress.
 po::options_description io_options();
-RunOptions run_options_from(const po::variables_map& vm, const Params& task_params);
+// The run settings come from the pipeline's `run:` section (run/settings.hpp).
+RunOptions run_options_from(const po::variables_map& vm, const Params& run_params);
 
 // Opens -i / -o ("-" or absent = stdin / stdout). ConfigError naming the file on failure.
 struct Streams {

@@ -11,6 +11,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "masque/error.hpp"
+#include "run/settings.hpp"
 
 namespace masque {
 
@@ -27,6 +28,13 @@ const std::vector<SectionKind>& pipeline_sections() {
   return sections;
 }
 
+const char* model_kind_name(ModelKind kind) {
+  // In ModelKind's order.
+  static constexpr const char* kNames[] = {"decoder-only", "encoder-only", "encoder-decoder"};
+  const auto i = static_cast<std::size_t>(kind);
+  return i < std::size(kNames) ? kNames[i] : "unknown";
+}
+
 const PluginConfig& Pipeline::at(const std::string& section) const {
   auto it = plugins.find(section);
   if (it == plugins.end()) throw ConfigError("the pipeline has no '" + section + "' section");
@@ -41,6 +49,7 @@ struct RawValue {
   std::string where;       // "file:line:col" or "--set a.b=c"
   fs::path base_dir;       // for relative paths
   bool droppable = false;  // set before a --set switched the section's plugin
+  std::string shown{};     // the key path as written, when read under another section
 };
 
 struct RawSection {
@@ -275,8 +284,18 @@ const SectionKind* find_section_kind(const std::string& name) {
   return nullptr;
 }
 
+// Sections that hold settings rather than a plugin.
+bool is_settings_section(const std::string& name) {
+  return name == "task" || name == "run";
+}
+
+// The key that names the section's plugin (the task's name); none for `run:`.
+const char* plugin_key(const std::string& section) {
+  return section == "task" ? "name" : section == "run" ? "" : "plugin";
+}
+
 std::vector<std::string> section_names() {
-  std::vector<std::string> names{"task"};
+  std::vector<std::string> names{"task", "run"};
   for (const auto& s : pipeline_sections()) names.push_back(s.section);
   return names;
 }
@@ -298,6 +317,7 @@ class Loader {
     Pipeline pipeline;
     pipeline.file = source_.name == "<command line>" ? fs::path() : fs::path(source_.name);
     const TaskSpec* task = validate_task(pipeline);
+    validate_run(pipeline);
     add_default_sections(task);
     for (auto& [name, section] : sections_) validate_section(name, section, pipeline);
     if (!errors_.empty()) throw ConfigError(join(errors_, "\n"));
@@ -321,7 +341,7 @@ class Loader {
     for (auto it = root.begin(); it != root.end(); ++it) {
       const std::string key = it->first.Scalar();
       const std::string where = mark_text(source_.name, it->first.Mark());
-      if (key != "task" && !find_section_kind(key)) {
+      if (!is_settings_section(key) && !find_section_kind(key)) {
         error(where + ": unknown section '" + key + "'" + suggestion(key, section_names()) +
               "; known sections: " + join(section_names()));
         continue;
@@ -333,7 +353,12 @@ class Loader {
   void read_section(const std::string& name, const YAML::Node& node, const std::string& where) {
     RawSection& section = sections_[name];
     section.where = where;
-    const char* name_key = name == "task" ? "name" : "plugin";
+    const char* name_key = plugin_key(name);
+    if (name == "run" && !node.IsMap()) {
+      error(where + ": run: expected a mapping of run settings (max_batch_size: 8, ...), got " +
+            node_text(node));
+      return;
+    }
     if (node.IsScalar()) {  // `task: lm-score`, `decoder: greedy`
       section.plugin = RawValue{node, mark_text(source_.name, node.Mark()), source_.base_dir};
       return;
@@ -367,15 +392,17 @@ class Loader {
       section_name = path.substr(0, dot);
       key = path.substr(dot + 1);
     }
-    if (section_name != "task" && !find_section_kind(section_name))
+    if (!is_settings_section(section_name) && !find_section_kind(section_name))
       throw ConfigError(where + ": unknown section '" + section_name + "'" +
                         suggestion(section_name, section_names()) +
                         "; known sections: " + join(section_names()));
     YAML::Node node = text.empty() ? YAML::Node() : load_yaml(text, where);
     RawValue value{node, where, fs::current_path()};
+    if (section_name == "run" && key.empty())
+      throw ConfigError(where + ": expected run.key=value, e.g. --set run.max_batch_size=8");
     RawSection& section = sections_[section_name];
     if (section.where.empty()) section.where = where;
-    const char* name_key = section_name == "task" ? "name" : "plugin";
+    const char* name_key = plugin_key(section_name);
     if (key.empty() || key == name_key) {
       // Switching plugins: parameters written for the old one are kept only if the new one
       // declares them too (checked at validation).
@@ -415,9 +442,48 @@ class Loader {
       return nullptr;
     }
     pipeline.task = task->name;
+    move_run_settings(*task, section, pipeline);
     fill_params("task", "task '" + task->name + "'", task->params.data(), task->params.size(),
                 section, pipeline.task_params);
     return task;
+  }
+
+  // Older pipelines set the run settings under `task:`; they are read as `run:` keys (a key
+  // given in both places is taken from `run:`), with a note for --dump-config.
+  void move_run_settings(const TaskSpec& task, RawSection& section, Pipeline& pipeline) {
+    // Rebuilt rather than erased from: assigning a YAML::Node writes into the node it refers
+    // to, so shifting elements would overwrite the values already moved.
+    std::vector<std::pair<std::string, RawValue>> kept;
+    for (const auto& [key, value] : section.keys) {
+      const bool task_param = std::any_of(task.params.begin(), task.params.end(),
+                                          [&](const ParamSpec& p) { return key == p.name; });
+      if (task_param || !is_run_param(key)) {
+        kept.emplace_back(key, value);
+        continue;
+      }
+      RawSection& run = sections_["run"];
+      if (run.where.empty()) run.where = section.where;
+      if (run.find(key)) {
+        pipeline.notes.push_back("task." + key + " is a run setting: run." + key +
+                                 " was given too and is used");
+        continue;
+      }
+      run.keys.emplace_back(key, value);
+      run.keys.back().second.shown = "task." + key;
+      pipeline.notes.push_back("task." + key + " is a run setting: read as run." + key);
+    }
+    section.keys = std::move(kept);
+  }
+
+  void validate_run(Pipeline& pipeline) {
+    RawSection empty;
+    auto it = sections_.find("run");
+    RawSection& section = it != sections_.end() ? it->second : empty;
+    if (section.where.empty()) section.where = source_.name;
+    const auto& specs = run_param_specs();
+    fill_params("run", "the run settings", specs.data(), specs.size(), section,
+                pipeline.run_params);
+    if (it != sections_.end()) sections_.erase(it);
   }
 
   void add_default_sections(const TaskSpec* task) {
@@ -494,7 +560,7 @@ class Loader {
       const ParamSpec* spec = nullptr;
       for (std::size_t i = 0; i < count; ++i)
         if (key == specs[i].name) spec = &specs[i];
-      const std::string path = section_name + "." + key;
+      const std::string path = value.shown.empty() ? section_name + "." + key : value.shown;
       if (!spec) {
         if (value.droppable) {
           warnings.push_back(value.where + ": " + path + " is not a parameter of " + owner +
@@ -607,6 +673,11 @@ std::string Pipeline::dump() const {
     os << "task:\n  name: " << task << "\n";
     for (const auto& [k, v] : task_params.values())
       os << "  " << k << ": " << to_yaml_text(v) << "\n";
+  }
+  if (!run_params.values().empty()) {
+    os << "run:\n";
+    const auto& specs = run_param_specs();
+    dump_params(os, run_params, specs.data(), specs.size());
   }
   for (const auto& s : pipeline_sections()) {
     auto it = plugins.find(s.section);

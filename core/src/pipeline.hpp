@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "masque/model.hpp"
 #include "masque/params.hpp"
 #include "masque/plugin.hpp"
 #include "registry.hpp"
@@ -21,7 +22,16 @@ struct TaskSpec {
   std::vector<std::string> required_sections;
   std::vector<std::string> optional_sections;
   std::map<std::string, std::string> default_plugins;  // section -> plugin when not given
+  // The model kinds the task runs (empty = any): another kind is a ConfigError at start.
+  std::vector<ModelKind> model_kinds{};
+  // Mask strategies the task holds besides the pipeline's `mask` (plugin names, e.g.
+  // "bidirectional" for context every token sees), created by the plugin host like any
+  // pipeline-named plugin, with their default parameters.
+  std::vector<std::string> held_masks{};
 };
+
+// "decoder-only", "encoder-only", "encoder-decoder".
+const char* model_kind_name(ModelKind kind);
 
 // The pipeline sections and the plugin kind each one holds.
 struct SectionKind {
@@ -40,7 +50,12 @@ struct Pipeline {
   std::filesystem::path file;  // empty for a pipeline built from the command line
   std::string task;            // empty when no task was asked for (masque tokenize)
   Params task_params;
+  Params run_params;  // the `run:` section (run/settings.hpp), defaults filled in
   std::map<std::string, PluginConfig> plugins;  // by section
+  // What the loader read differently from how it was written (a run setting given under
+  // `task:`); --dump-config prints them on stderr (the dump itself stays a pipeline that loads
+  // back to the same dump).
+  std::vector<std::string> notes;
 
   bool has(const std::string& section) const { return plugins.count(section) != 0; }
   const PluginConfig& at(const std::string& section) const;

@@ -127,3 +127,32 @@ TEST_CASE("translate: n-best, target prefix and an empty source", "[e2e][seq2seq
   CHECK(parse_jsonl(empty.out).at(0)["text"] == "");
   CHECK(parse_jsonl(empty.out).at(0)["score"] == 0.0);
 }
+
+TEST_CASE("seq2seq: the route follows the pipeline's mask and checks the model's kind",
+          "[e2e][seq2seq]") {
+  // A BERT-like model without a mask section would be run as an encoder-decoder.
+  const auto dir = scratch_dir("seq2seq_routes");
+  write_file(dir / "p.yaml",
+             "task: seq2seq\nmodel: {plugin: bert, path: " +
+                 (shared_dir() / "models/tiny-bert-chinese").string() +
+                 "}\ntokenizer: {plugin: wordpiece, vocab: " +
+                 (shared_dir() / "tokenizers/bert-base-chinese/vocab.txt").string() + "}\n");
+  auto no_mask = run_masque({"run", (dir / "p.yaml").string(), "-q"}, "你想吃啥\n");
+  CHECK(no_mask.exit_code == 2);
+  CHECK(no_mask.err.find("seq2seq without a `mask` section runs encoder-decoder models; the model "
+                         "'bert' is encoder-only: for one BERT-like model under the UniLM mask "
+                         "add mask: {plugin: seq2seq}") != std::string::npos);
+  // An encoder-decoder under a mask would be read as one model under that mask.
+  auto with_mask = run_masque({"run", translate(), "-q", "--set", "mask.plugin=seq2seq"}, "abc\n");
+  CHECK(with_mask.exit_code == 2);
+  CHECK(with_mask.err.find("seq2seq with a `mask` section (one model, UniLM) runs encoder-only "
+                           "models; the model 'encoder-decoder' is encoder-decoder") !=
+        std::string::npos);
+  // A task that runs other kinds says which.
+  auto lm = run_masque(
+      {"run", translate(), "-q", "--set", "task=lm-generate", "--set", "mask.plugin=causal"},
+      "abc\n");
+  CHECK(lm.exit_code == 2);
+  CHECK(lm.err.find("the task 'lm-generate' runs decoder-only or encoder-only models; the model "
+                    "'encoder-decoder' is encoder-decoder") != std::string::npos);
+}

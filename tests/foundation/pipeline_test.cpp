@@ -198,3 +198,48 @@ TEST_CASE("pipeline: the dumped configuration loads back to itself", "[pipeline]
   CHECK(has(first.result.out, "  max_batch_size: 32\n"));  // defaults are filled in
   CHECK(has(first.result.out, "  order: \"2,0,1\"\n"));
 }
+
+TEST_CASE("pipeline: run settings have their own section, and old task: keys still work",
+          "[pipeline][run]") {
+  auto run = dump("run_section", std::string(kBase) + "run:\n  max_batch_size: 4\n",
+                  {"--set", "run.read_ahead=9"});
+  REQUIRE(run.result.exit_code == 0);
+  CHECK(has(run.result.out,
+            "run:\n  max_batch_size: 4\n  max_batch_tokens: 16384\n"
+            "  read_ahead: 9\n"));
+  CHECK(run.result.err.find("note:") == std::string::npos);
+
+  // Written under task: as before the section existed: read as run settings, with a note.
+  auto old =
+      dump("run_old", "task:\n  name: tokenize\n  max_batch_size: 5\ntokenizer: test-chars\n",
+           {"--set", "task.invalid_utf8=replace"});
+  REQUIRE(old.result.exit_code == 0);
+  CHECK(has(old.result.err,
+            "masque: note: task.max_batch_size is a run setting: read as "
+            "run.max_batch_size\n"));
+  CHECK(has(old.result.err,
+            "masque: note: task.invalid_utf8 is a run setting: read as "
+            "run.invalid_utf8\n"));
+  CHECK(has(old.result.out, "run:\n  max_batch_size: 5\n"));
+  CHECK(has(old.result.out, "  invalid_utf8: replace\n"));
+  CHECK(has(old.result.out,
+            "task:\n  name: tokenize\n  add_special: true\n"
+            "  max_record_tokens: 0\nrun:\n"));
+
+  // Both places: run: wins, and the note says so.
+  auto both = dump("run_both",
+                   "task:\n  name: tokenize\n  max_batch_size: 5\nrun:\n  max_batch_size: 6\n"
+                   "tokenizer: test-chars\n");
+  REQUIRE(both.result.exit_code == 0);
+  CHECK(has(both.result.out, "run:\n  max_batch_size: 6\n"));
+  CHECK(has(both.result.err, "run.max_batch_size was given too and is used"));
+
+  auto bad = dump("run_bad", std::string(kBase) + "run:\n  max_batch_sise: 4\n");
+  CHECK(bad.result.exit_code == 2);
+  CHECK(has(bad.result.err,
+            ":5:3: run.max_batch_sise: unknown parameter of the run settings "
+            "(did you mean 'max_batch_size'?)"));
+  auto scalar = dump("run_scalar", std::string(kBase) + "run: fast\n");
+  CHECK(scalar.result.exit_code == 2);
+  CHECK(has(scalar.result.err, "run: expected a mapping of run settings"));
+}

@@ -35,6 +35,15 @@ struct MaskRequest {
   std::span<const std::int32_t> order;     // explicit factorization order for this record, or
                                            // empty to use the strategy's own setting
   std::uint64_t record_id = 0;             // seeds per-record random orders
+  // Added in ABI 1.1 (appended: plugins built against 1.0 read the fields above unchanged).
+  // Per content token, 1 = context outside the factorization order ([CLS]/[SEP], a
+  // template's given words): it sees the other context, every token sees it. The order then
+  // runs over the other tokens, `order` indexing them 0..m-1. Empty = no context. Strategies
+  // without an order ignore it.
+  std::span<const std::uint8_t> context;
+  // Append the query stream (one query token per ordered token) whatever the strategy's own
+  // setting; a strategy that has no query stream ignores it.
+  bool query_stream = false;
 };
 
 struct SequenceMask {

@@ -1,22 +1,20 @@
-// Streams a corpus through a task: read, prepare, batch by length in a bounded window, run
-// batches on worker threads, write results in input order.
+// The corpus run: a thin driver over the batcher (run/batcher.hpp: read window, parallel
+// prepare, length sort, batch cut), worker threads (run/thread_pool.hpp) and the ordered
+// writer (run/ordered_writer.hpp: input order, whole records).
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "io/output.hpp"
 #include "io/records.hpp"
+#include "run/settings.hpp"
 #include "tasks/task.hpp"
 
 namespace masque {
-
-struct BatchingOptions {
-  std::size_t max_batch_size = 32;
-  std::size_t max_batch_tokens = 16384;
-  std::size_t read_ahead = 0;  // 0 = 16 x max_batch_size
-};
 
 struct RunOptions {
   InputOptions input;
@@ -41,15 +39,15 @@ struct RunStats {
   std::string output_error;
 };
 
-BatchingOptions batching_from(const Params& task_params);
-
 // Installs SIGINT/SIGTERM handlers that make run_corpus stop cleanly (only complete records
 // are written) and ignores SIGPIPE (a closed output is reported as a write error).
 void install_signal_handlers();
 int interrupt_signal();  // the signal that interrupted the run, or 0
 
-// When the run stops early (interrupted, output closed, --fail-fast) worker threads may still
-// be running: the caller must end the process (std::_Exit) after reporting.
+// Exactly one result per record of `batch`, in order. When the batch fails as a whole, its
+// records run again one at a time, so a record that breaks the batch fails alone.
+std::vector<Result> process_batch(const Task& task, std::span<Item* const> batch);
+
 // When the run stops early (interrupted, output closed, --fail-fast) worker threads may still
 // be busy: the caller must end the process (std::_Exit) after reporting.
 RunStats run_corpus(const Task& task, std::FILE* in, std::FILE* out, const RunOptions& options);

@@ -1,8 +1,8 @@
 #include "tasks/common.hpp"
 
 #include <algorithm>
-#include <numeric>
 
+#include "masque/decoding.hpp"
 #include "masque/error.hpp"
 
 namespace masque {
@@ -12,9 +12,10 @@ void tokenize_item(Item& item, const Tokenizer* tokenizer, const Model* model, b
   if (record.ids) {
     item.tokens = *record.ids;
     if (model) {
-      const std::int32_t vocab = model->info().kind == ModelKind::encoder_decoder
-                                     ? model->info().source_vocab_size
-                                     : model->info().vocab_size;
+      // The input vocabulary: an encoder-decoder's source side, else the only one.
+      const ModelInfo& info = model->info();
+      const std::int32_t vocab =
+          info.source_vocab_size > 0 ? info.source_vocab_size : info.vocab_size;
       for (TokenId id : item.tokens)
         if (id >= vocab)
           throw RecordError("token id " + std::to_string(id) +
@@ -144,28 +145,27 @@ BuiltBatch assemble_batch(std::span<const SequenceSpec> sequences, std::vector<S
   return built;
 }
 
-SequenceMask all_visible(std::size_t length) {
-  SequenceMask m;
-  m.rank.assign(length, 0);
-  m.role.assign(length, TokenRole::content);
-  return m;
+std::span<const float> tensor_row(const Tensor& tensor, std::size_t row) {
+  const auto width = static_cast<std::size_t>(tensor.dim(-1));
+  return {tensor.f32() + row * width, width};
 }
 
-std::span<const float> logits_row(const Tensor& logits, std::size_t row) {
-  const auto vocab = static_cast<std::size_t>(logits.dim(-1));
-  return {logits.f32() + row * vocab, vocab};
+void copy_row(const Tensor& from, std::size_t row, Tensor& to, std::size_t to_row) {
+  const auto width = static_cast<std::size_t>(from.dim(-1));
+  std::copy_n(from.f32() + row * width, width, to.f32() + to_row * width);
 }
 
-std::vector<std::int32_t> top_k(std::span<const float> logits, std::size_t k) {
-  std::vector<std::int32_t> idx(logits.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  k = std::min(k, idx.size());
-  auto better = [&](std::int32_t a, std::int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), better);
-  idx.resize(k);
-  return idx;
+void gather_rows(const Tensor& from, std::span<const std::int32_t> rows, Tensor& to) {
+  to.resize({static_cast<std::int64_t>(rows.size()), from.dim(-1)});
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    copy_row(from, static_cast<std::size_t>(rows[i]), to, i);
+}
+
+double token_logprob(std::span<const float> logits, TokenId id) {
+  if (id < 0 || static_cast<std::size_t>(id) >= logits.size())
+    throw RecordError("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                      std::to_string(logits.size()));
+  return static_cast<double>(logits[id]) - decoding::log_sum_exp(logits);
 }
 
 std::string detokenize(const Tokenizer* tokenizer, std::span<const TokenId> ids) {
@@ -206,10 +206,7 @@ void ModelStepper::advance(std::span<const TokenId> tokens) {
 void ModelStepper::select(std::span<const std::int32_t> rows) {
   state_->select(rows);
   if (logits_.empty()) return;
-  const std::int64_t vocab = logits_.dim(-1);
-  spare_.resize({static_cast<std::int64_t>(rows.size()), vocab});  // reused: no allocation per step
-  for (std::size_t i = 0; i < rows.size(); ++i)
-    std::copy_n(logits_.f32() + rows[i] * vocab, vocab, spare_.f32() + i * vocab);
+  gather_rows(logits_, rows, spare_);  // spare_ is reused: no allocation per step
   std::swap(logits_, spare_);
 }
 

@@ -55,17 +55,21 @@ struct BuiltBatch {
 };
 BuiltBatch build_batch(std::span<const SequenceSpec> sequences, const MaskStrategy& mask,
                        TokenId pad_token, TokenId query_token);
-// The same from masks the task made itself (masks[b].query_positions are absolute positions).
+// The same from masks a strategy built with a request of the task's own (context flags, the
+// query stream): masks[b].query_positions are absolute positions.
 BuiltBatch assemble_batch(std::span<const SequenceSpec> sequences, std::vector<SequenceMask> masks,
                           TokenId pad_token, TokenId query_token);
-// A mask in which every token sees every token (pads excepted).
-SequenceMask all_visible(std::size_t length);
 
-// Row `row` of a [rows, vocab] logits tensor.
-std::span<const float> logits_row(const Tensor& logits, std::size_t row);
+// The tasks' one home for rows of [rows, width] tensors (logits, hidden states).
+std::span<const float> tensor_row(const Tensor& tensor, std::size_t row);
+// Row `row` of `from` into row `to_row` of `to` (same width, `to` large enough).
+void copy_row(const Tensor& from, std::size_t row, Tensor& to, std::size_t to_row);
+// to = the rows `rows` of `from`, in that order; `to` keeps its buffer when large enough.
+void gather_rows(const Tensor& from, std::span<const std::int32_t> rows, Tensor& to);
 
-// The top-k ids of a logits row (descending, smaller id first on ties).
-std::vector<std::int32_t> top_k(std::span<const float> logits, std::size_t k);
+// log p(id) under a logits row: logits[id] - log-sum-exp (decoding::log_sum_exp, in double).
+// RecordError for an id outside the row.
+double token_logprob(std::span<const float> logits, TokenId id);
 
 // Decodes ids to text with the tokenizer, or joins ids with spaces when there is none.
 std::string detokenize(const Tokenizer* tokenizer, std::span<const TokenId> ids);

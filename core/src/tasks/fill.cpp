@@ -1,7 +1,7 @@
 // Task `fill`: predict every [MASK] of a record with a BERT-like model (bidirectional mask by
 // default): the top-k tokens with log-probabilities per masked position, and the filled text.
+#include "masque/decoding.hpp"
 #include "masque/error.hpp"
-#include "masque/ops.hpp"
 #include "tasks/common.hpp"
 
 namespace masque {
@@ -15,10 +15,8 @@ class FillTask final : public Task {
         model_(*plugins.model),
         tokenizer_(plugins.tokenizer.get()),
         mask_(*plugins.mask),
-        top_k_(static_cast<std::size_t>(params_.get_int("top_k"))) {
+        top_k_(static_cast<std::int32_t>(params_.get_int("top_k"))) {
     mask_token_ = require_mask_token(params_, tokenizer_, "fill");
-    if (model_.info().kind == ModelKind::encoder_decoder)
-      throw ConfigError("fill needs a BERT-like (encoder-only) or decoder-only model");
   }
 
   void prepare(Item& item) const override {
@@ -46,6 +44,7 @@ class FillTask final : public Task {
     ForwardResult out = model_.forward(b);
     std::vector<Result> results;
     std::size_t row = 0;
+    std::vector<std::int32_t> top;
     for (Item* item : items) {
       Result r;
       r.id = item->record.id;
@@ -54,10 +53,10 @@ class FillTask final : public Task {
       auto masks = nlohmann::ordered_json::array();
       for (std::size_t t = 0; t < filled.size(); ++t) {
         if (item->tokens[t] != mask_token_) continue;
-        std::span<const float> logits = logits_row(out.logits, row++);
-        const double lse = logsumexp(logits);
+        std::span<const float> logits = tensor_row(out.logits, row++);
+        const double lse = decoding::log_sum_exp(logits);
         auto candidates = nlohmann::ordered_json::array();
-        auto top = top_k(logits, top_k_);
+        decoding::top_k(logits, top_k_, top);
         for (auto id : top) {
           nlohmann::ordered_json c;
           c["token"] = tokenizer_ ? tokenizer_->id_to_piece(id) : std::to_string(id);
@@ -85,7 +84,7 @@ class FillTask final : public Task {
   const Model& model_;
   const Tokenizer* tokenizer_;
   const MaskStrategy& mask_;
-  std::size_t top_k_;
+  std::int32_t top_k_;
   TokenId mask_token_ = -1;
 };
 
@@ -107,7 +106,8 @@ const TaskRegistration registration({
                         mask_token_param()},
              .required_sections = {"model", "mask"},
              .optional_sections = {"tokenizer"},
-             .default_plugins = {{"mask", "bidirectional"}}},
+             .default_plugins = {{"mask", "bidirectional"}},
+             .model_kinds = {ModelKind::encoder_only, ModelKind::decoder_only}},
     .create = create,
 });
 

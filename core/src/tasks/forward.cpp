@@ -1,8 +1,8 @@
 // Task `forward`: a verification tool (like llama.cpp's logits dump) for any model under the
 // pipeline's mask: per position, the top-k ids with their logits and the log-sum-exp of all
 // logits, and optionally the final hidden state.
+#include "masque/decoding.hpp"
 #include "masque/error.hpp"
-#include "masque/ops.hpp"
 #include "tasks/common.hpp"
 
 namespace masque {
@@ -20,13 +20,9 @@ class ForwardTask final : public Task {
         model_(*plugins.model),
         tokenizer_(plugins.tokenizer.get()),
         mask_(*plugins.mask),
-        top_k_(static_cast<std::size_t>(params_.get_int("top_k"))),
+        top_k_(static_cast<std::int32_t>(params_.get_int("top_k"))),
         hidden_(params_.get_bool("hidden_states")),
         add_special_(params_.get_bool("add_special")) {
-    if (model_.info().kind == ModelKind::encoder_decoder)
-      throw ConfigError(
-          "the forward task runs decoder-only and encoder-only models; encoder-decoder models are "
-          "run by seq2seq");
     query_token_ = mask_token(params_, tokenizer_);
   }
 
@@ -67,6 +63,7 @@ class ForwardTask final : public Task {
     ForwardResult out = model_.forward(b);
     std::vector<Result> results;
     std::size_t row = 0;
+    std::vector<std::int32_t> top;
     for (std::size_t i = 0; i < items.size(); ++i) {
       const SequenceMask& m = built.masks[i];
       const std::size_t n = specs[i].ids.size();
@@ -77,20 +74,19 @@ class ForwardTask final : public Task {
       if (!m.order.empty()) r.object["order"] = m.order;
       auto positions = nlohmann::ordered_json::array();
       for (std::size_t t = 0; t < m.size(); ++t, ++row) {
-        std::span<const float> logits = logits_row(out.logits, row);
+        std::span<const float> logits = tensor_row(out.logits, row);
         nlohmann::ordered_json p;
         p["position"] = b.positions[i * b.length + t];
         if (t >= n) p["query"] = true;
-        auto top = top_k(logits, top_k_);
+        decoding::top_k(logits, top_k_, top);
         p["top_ids"] = top;
         auto top_logits = nlohmann::ordered_json::array();
         for (auto id : top) top_logits.push_back(logits[id]);
         p["top_logits"] = top_logits;
-        p["logsumexp"] = logsumexp(logits);
+        p["logsumexp"] = decoding::log_sum_exp(logits);
         if (hidden_) {
-          const std::int64_t h = out.hidden.dim(-1);
-          std::vector<float> v(out.hidden.f32() + row * h, out.hidden.f32() + (row + 1) * h);
-          p["hidden"] = v;
+          std::span<const float> h = tensor_row(out.hidden, row);
+          p["hidden"] = std::vector<float>(h.begin(), h.end());
         }
         positions.push_back(std::move(p));
       }
@@ -108,7 +104,7 @@ class ForwardTask final : public Task {
   const Model& model_;
   const Tokenizer* tokenizer_;
   const MaskStrategy& mask_;
-  std::size_t top_k_;
+  std::int32_t top_k_;
   bool hidden_;
   bool add_special_;
   TokenId query_token_ = -1;
@@ -142,7 +138,8 @@ const TaskRegistration registration({
               mask_token_param()},
          .required_sections = {"model", "mask"},
          .optional_sections = {"tokenizer"},
-         .default_plugins = {{"mask", "causal"}}},
+         .default_plugins = {{"mask", "causal"}},
+         .model_kinds = {ModelKind::decoder_only, ModelKind::encoder_only}},
     .create = create,
 });
 

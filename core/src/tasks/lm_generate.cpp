@@ -18,10 +18,6 @@ class LmGenerateTask final : public Task {
     if (!mask_.supports_incremental())
       throw ConfigError("lm-generate decodes incrementally, which the mask strategy '" +
                         pipeline.at("mask").entry->key() + "' does not allow (use causal)");
-    if (model_.info().kind == ModelKind::encoder_decoder)
-      throw ConfigError(
-          "lm-generate needs a decoder-only or encoder-only model; use the seq2seq task for "
-          "encoder-decoder models");
   }
 
   void prepare(Item& item) const override {
@@ -107,7 +103,8 @@ const TaskRegistration registration({
                          .help = "also output the log-probability of every generated token"}},
              .required_sections = {"model", "mask", "decoder"},
              .optional_sections = {"tokenizer"},
-             .default_plugins = {{"mask", "causal"}, {"decoder", "greedy"}}},
+             .default_plugins = {{"mask", "causal"}, {"decoder", "greedy"}},
+             .model_kinds = {ModelKind::decoder_only, ModelKind::encoder_only}},
     .create = create,
 });
 

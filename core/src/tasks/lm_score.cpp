@@ -4,7 +4,6 @@
 #include <mutex>
 
 #include "masque/error.hpp"
-#include "masque/ops.hpp"
 #include "tasks/common.hpp"
 
 namespace masque {
@@ -96,7 +95,7 @@ class LmScoreTask final : public Task {
       std::vector<double> lps(ids.size() - 1);
       double nll = 0;
       for (std::size_t t = 0; t + 1 < ids.size(); ++t, ++row) {
-        lps[t] = log_prob(logits_row(out.logits, row), ids[t + 1]);
+        lps[t] = token_logprob(tensor_row(out.logits, row), ids[t + 1]);
         nll -= lps[t];
       }
       const double scored = static_cast<double>(ids.size() - 1);

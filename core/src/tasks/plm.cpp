@@ -32,20 +32,29 @@ std::vector<std::int32_t> resolve_order(const MaskStrategy& mask, std::int32_t s
   return m.order;
 }
 
-SequenceMask query_stream_mask(std::size_t length, const std::vector<std::int32_t>& slots,
-                               const std::vector<std::int32_t>& order) {
-  const std::size_t m = slots.size();
-  SequenceMask mask;
-  mask.rank.assign(length + m, -1);
-  mask.role.assign(length + m, TokenRole::content);
-  for (std::size_t t = 0; t < m; ++t) mask.rank[slots[order[t]]] = static_cast<std::int32_t>(t);
-  for (std::size_t t = 0; t < m; ++t) {
-    mask.rank[length + t] = static_cast<std::int32_t>(t) - 1;
-    mask.role[length + t] = TokenRole::query;
-    mask.query_positions.push_back(slots[order[t]]);
-  }
-  mask.order = order;
-  return mask;
+std::vector<std::uint8_t> context_flags(std::size_t length,
+                                        const std::vector<std::int32_t>& slots) {
+  std::vector<std::uint8_t> context(length, 1);
+  for (std::int32_t p : slots) context[static_cast<std::size_t>(p)] = 0;
+  return context;
+}
+
+SequenceMask query_stream_mask(const MaskStrategy& mask, std::size_t length,
+                               const std::vector<std::int32_t>& slots,
+                               const std::vector<std::int32_t>& order, std::uint64_t record_id) {
+  const std::vector<std::uint8_t> context = context_flags(length, slots);
+  MaskRequest request;
+  request.length = static_cast<std::int32_t>(length);
+  request.order = order;
+  request.record_id = record_id;
+  request.context = context;
+  request.query_stream = true;
+  SequenceMask m = mask.build(request);
+  if (m.query_positions.size() != slots.size() || m.size() != length + slots.size())
+    throw ConfigError(
+        "the query-stream method needs a mask strategy with a query stream (mask: {plugin: "
+        "permutation})");
+  return m;
 }
 
 }  // namespace masque

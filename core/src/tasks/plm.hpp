@@ -33,10 +33,15 @@ std::vector<std::int32_t> resolve_order(const MaskStrategy& mask, std::int32_t s
                                         const std::vector<std::int32_t>& explicit_order,
                                         std::uint64_t record_id);
 
-// The query-stream mask over `length` content tokens: context tokens rank -1 (seen by all),
+// MaskRequest::context for a record of `length` tokens: 1 everywhere but at the slots.
+std::vector<std::uint8_t> context_flags(std::size_t length, const std::vector<std::int32_t>& slots);
+
+// The query-stream mask of a record from the permutation strategy: its context sees itself,
 // slot order[t] ranks t, and query t (predicting slot order[t], appended after the content)
-// sees the context and the slots of steps < t. query_positions are absolute positions.
-SequenceMask query_stream_mask(std::size_t length, const std::vector<std::int32_t>& slots,
-                               const std::vector<std::int32_t>& order);
+// sees the context and the slots of steps < t. ConfigError when the strategy has no query
+// stream.
+SequenceMask query_stream_mask(const MaskStrategy& mask, std::size_t length,
+                               const std::vector<std::int32_t>& slots,
+                               const std::vector<std::int32_t>& order, std::uint64_t record_id);
 
 }  // namespace masque

@@ -4,8 +4,8 @@
 // the decoder plugin chooses the token at each step (greedy, sampling, beam).
 #include <map>
 
+#include "masque/decoding.hpp"
 #include "masque/error.hpp"
-#include "masque/ops.hpp"
 #include "tasks/plm.hpp"
 
 namespace masque {
@@ -31,9 +31,10 @@ struct Row {
 
 class PlmStepper final : public Stepper {
  public:
-  PlmStepper(const Model& model, std::span<Item* const> items, PlmMethod method, bool confidence,
-             TokenId mask_token)
+  PlmStepper(const Model& model, const MaskStrategy& visible, std::span<Item* const> items,
+             PlmMethod method, bool confidence, TokenId mask_token)
       : model_(model),
+        visible_(visible),
         items_(items),
         method_(method),
         confidence_(confidence),
@@ -126,27 +127,20 @@ class PlmStepper final : public Stepper {
   static double confidence(std::span<const float> logits) {
     float best = logits[0];
     for (float v : logits) best = std::max(best, v);
-    return static_cast<double>(best) - logsumexp(logits);
-  }
-
-  static void copy_row(const Tensor& from, std::size_t row, Tensor& to, std::size_t out_row) {
-    const std::int64_t v = from.dim(-1);
-    std::copy_n(from.f32() + row * v, v, to.f32() + out_row * v);
+    return static_cast<double>(best) - decoding::log_sum_exp(logits);
   }
 
   // Plain BERT: not-yet-filled positions are visible [MASK] tokens; a full forward per step.
   void visible_logits(Tensor& out) {
     std::vector<SequenceSpec> specs(rows_.size());
-    std::vector<SequenceMask> masks;
     std::vector<std::vector<std::int32_t>> candidates(rows_.size());
     for (std::size_t r = 0; r < rows_.size(); ++r) {
       specs[r].ids = rows_[r].tokens;
       specs[r].token_types = items_[rows_[r].record]->type_ids;
-      masks.push_back(all_visible(specs[r].ids.size()));
       candidates[r] =
           confidence_ ? remaining(rows_[r]) : std::vector<std::int32_t>{fixed_next(rows_[r])};
     }
-    BuiltBatch built = assemble_batch(specs, std::move(masks), model_.info().pad, -1);
+    BuiltBatch built = build_batch(specs, visible_, model_.info().pad, -1);
     for (std::size_t r = 0; r < rows_.size(); ++r)
       for (auto p : candidates[r])
         built.batch.output_rows.push_back(static_cast<std::int32_t>(r * built.batch.length + p));
@@ -158,7 +152,7 @@ class PlmStepper final : public Stepper {
       std::size_t pick = 0;
       double best_conf = -1e300;
       for (std::size_t c = 0; c < candidates[r].size() && candidates[r].size() > 1; ++c) {
-        double conf = confidence(logits_row(result.logits, k + c));
+        double conf = confidence(tensor_row(result.logits, k + c));
         if (conf > best_conf) best_conf = conf, pick = c;
       }
       rows_[r].next = candidates[r][pick];
@@ -171,7 +165,6 @@ class PlmStepper final : public Stepper {
   // chosen position sees them and everything filled so far.
   void prefill() {
     std::vector<SequenceSpec> specs(items_.size());
-    std::vector<SequenceMask> masks;
     std::vector<std::vector<std::int32_t>> positions(items_.size());
     for (std::size_t i = 0; i < items_.size(); ++i) {
       const Template& t = template_of(*items_[i]);
@@ -186,9 +179,8 @@ class PlmStepper final : public Stepper {
       if (specs[i].ids.empty())
         throw RecordError(
             "the incremental method needs at least one given token besides the [MASK]s");
-      masks.push_back(all_visible(specs[i].ids.size()));
     }
-    BuiltBatch built = assemble_batch(specs, std::move(masks), model_.info().pad, -1);
+    BuiltBatch built = build_batch(specs, visible_, model_.info().pad, -1);
     for (std::size_t i = 0; i < items_.size(); ++i)
       for (std::size_t k = 0; k < positions[i].size(); ++k)
         built.batch.positions[i * built.batch.length + k] = positions[i][k];
@@ -225,9 +217,7 @@ class PlmStepper final : public Stepper {
         out = Tensor({static_cast<std::int64_t>(rows_.size()), v});
       for (std::size_t r = 0; r < rows_.size(); ++r) {
         if (c >= candidates[r].size()) continue;
-        double conf = candidates[r].size() == 1
-                          ? 0.0
-                          : confidence({logits.f32() + r * v, static_cast<std::size_t>(v)});
+        double conf = candidates[r].size() == 1 ? 0.0 : confidence(tensor_row(logits, r));
         if (conf > best[r]) {
           best[r] = conf;
           rows_[r].next = positions[r];
@@ -238,6 +228,7 @@ class PlmStepper final : public Stepper {
   }
 
   const Model& model_;
+  const MaskStrategy& visible_;  // the given words see each other
   std::span<Item* const> items_;
   PlmMethod method_;
   bool confidence_;
@@ -255,12 +246,11 @@ class PlmGenerateTask final : public Task {
         model_(*plugins.model),
         tokenizer_(plugins.tokenizer.get()),
         mask_(*plugins.mask),
+        visible_(plugins.held_mask("bidirectional")),
         decoder_(*plugins.decoder),
         method_(parse_plm_method(params_.get_string("method"))),
         confidence_(params_.get_string("order_by") == "confidence") {
     mask_token_ = require_mask_token(params_, tokenizer_, "plm-generate");
-    if (model_.info().kind != ModelKind::encoder_only)
-      throw ConfigError("plm-generate needs a BERT-like (encoder-only) model");
   }
 
   void prepare(Item& item) const override {
@@ -282,7 +272,7 @@ class PlmGenerateTask final : public Task {
   }
 
   std::vector<Result> process(std::span<Item* const> items) const override {
-    PlmStepper stepper(model_, items, method_, confidence_, mask_token_);
+    PlmStepper stepper(model_, visible_, items, method_, confidence_, mask_token_);
     std::vector<DecodeResult> decoded = decoder_.decode(stepper);
     std::vector<Result> results;
     for (std::size_t i = 0; i < items.size(); ++i) {
@@ -336,6 +326,7 @@ class PlmGenerateTask final : public Task {
   const Model& model_;
   const Tokenizer* tokenizer_;
   const MaskStrategy& mask_;
+  const MaskStrategy& visible_;
   const Decoder& decoder_;
   PlmMethod method_;
   bool confidence_;
@@ -374,7 +365,9 @@ const TaskRegistration registration({
                   mask_token_param()},
              .required_sections = {"model", "mask", "decoder"},
              .optional_sections = {"tokenizer"},
-             .default_plugins = {{"mask", "permutation"}, {"decoder", "greedy"}}},
+             .default_plugins = {{"mask", "permutation"}, {"decoder", "greedy"}},
+             .model_kinds = {ModelKind::encoder_only},
+             .held_masks = {"bidirectional"}},
     .create = create,
 });
 

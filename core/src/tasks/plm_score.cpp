@@ -2,7 +2,6 @@
 // sum_t log p(x_{pi_t} | x_{pi_<t}), with a BERT-like model. Special tokens ([CLS], [SEP]) are
 // context every step sees; the order runs over the other tokens (0-based among them).
 #include "masque/error.hpp"
-#include "masque/ops.hpp"
 #include "tasks/plm.hpp"
 
 namespace masque {
@@ -21,10 +20,9 @@ class PlmScoreTask final : public Task {
         model_(*plugins.model),
         tokenizer_(plugins.tokenizer.get()),
         mask_(*plugins.mask),
+        visible_(plugins.held_mask("bidirectional")),
         method_(parse_plm_method(params_.get_string("method"))) {
     mask_token_ = require_mask_token(params_, tokenizer_, "plm-score");
-    if (model_.info().kind != ModelKind::encoder_only)
-      throw ConfigError("plm-score needs a BERT-like (encoder-only) model");
   }
 
   void prepare(Item& item) const override {
@@ -114,8 +112,8 @@ class PlmScoreTask final : public Task {
     std::vector<SequenceSpec> specs = specs_of(items);
     std::vector<SequenceMask> masks;
     for (Item* item : items)
-      masks.push_back(
-          query_stream_mask(item->tokens.size(), input(*item).slots, input(*item).order));
+      masks.push_back(query_stream_mask(mask_, item->tokens.size(), input(*item).slots,
+                                        input(*item).order, item->record.id));
     BuiltBatch built = assemble_batch(specs, std::move(masks), model_.info().pad, mask_token_);
     for (std::size_t i = 0; i < items.size(); ++i)
       for (std::size_t t = 0; t < input(*items[i]).slots.size(); ++t)
@@ -134,7 +132,6 @@ class PlmScoreTask final : public Task {
     // Prefill the context (mutually visible), then per step a query that is not kept and the
     // revealed token, both at the slot's position.
     std::vector<SequenceSpec> context(items.size());
-    std::vector<SequenceMask> masks;
     for (std::size_t i = 0; i < items.size(); ++i) {
       const PlmInput& in = input(*items[i]);
       std::vector<bool> is_slot(items[i]->tokens.size(), false);
@@ -145,9 +142,8 @@ class PlmScoreTask final : public Task {
           s.ids.push_back(items[i]->tokens[t]);
           s.token_types.push_back(items[i]->type_ids[t]);
         }
-      masks.push_back(all_visible(s.ids.size()));
     }
-    BuiltBatch built = assemble_batch(context, std::move(masks), model_.info().pad, -1);
+    BuiltBatch built = build_batch(context, visible_, model_.info().pad, -1);
     // Context tokens keep their real position ids.
     for (std::size_t i = 0; i < items.size(); ++i) {
       std::size_t k = 0;
@@ -201,9 +197,7 @@ class PlmScoreTask final : public Task {
     std::vector<std::pair<std::size_t, std::size_t>> owner;  // (item, step) of each sequence
     auto flush = [&] {
       if (specs.empty()) return;
-      std::vector<SequenceMask> masks;
-      for (const auto& s : specs) masks.push_back(all_visible(s.ids.size()));
-      BuiltBatch built = assemble_batch(specs, std::move(masks), model_.info().pad, -1);
+      BuiltBatch built = build_batch(specs, visible_, model_.info().pad, -1);
       for (std::size_t k = 0; k < specs.size(); ++k) {
         const Item& item = *items[owner[k].first];
         const PlmInput& in = input(item);
@@ -236,13 +230,14 @@ class PlmScoreTask final : public Task {
   }
 
   static double row_logprob(const Tensor& logits, std::size_t row, TokenId id) {
-    return log_prob(logits_row(logits, row), id);
+    return token_logprob(tensor_row(logits, row), id);
   }
 
   const Params& params_;
   const Model& model_;
   const Tokenizer* tokenizer_;
   const MaskStrategy& mask_;
+  const MaskStrategy& visible_;  // the context every step sees
   PlmMethod method_;
   TokenId mask_token_ = -1;
 };
@@ -269,7 +264,9 @@ const TaskRegistration registration({
                     mask_token_param()},
          .required_sections = {"model", "mask"},
          .optional_sections = {"tokenizer"},
-         .default_plugins = {{"mask", "permutation"}}},
+         .default_plugins = {{"mask", "permutation"}},
+         .model_kinds = {ModelKind::encoder_only},
+         .held_masks = {"bidirectional"}},
     .create = create,
 });
 

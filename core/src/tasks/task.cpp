@@ -1,5 +1,7 @@
 #include "tasks/task.hpp"
 
+#include <algorithm>
+
 #include "masque/error.hpp"
 
 namespace masque {
@@ -30,34 +32,6 @@ std::vector<TaskSpec> task_specs() {
 
 const std::vector<ParamSpec>& common_task_params() {
   static const std::vector<ParamSpec> params = {
-      {.name = "max_batch_size",
-       .type = ParamType::integer,
-       .default_value = "32",
-       .help = "most records in one batch",
-       .min = 1,
-       .max = 65536},
-      {.name = "max_batch_tokens",
-       .type = ParamType::integer,
-       .default_value = "16384",
-       .help = "most tokens in one batch, counted with padding (records x longest record)",
-       .min = 1},
-      {.name = "read_ahead",
-       .type = ParamType::integer,
-       .default_value = "0",
-       .help = "records read ahead and sorted by length before batching (0 = 16 x max_batch_size); "
-               "bounds memory, output stays in input order",
-       .min = 0},
-      {.name = "invalid_utf8",
-       .type = ParamType::string,
-       .default_value = "error",
-       .help = "a record with invalid UTF-8: error (an error record in its place) or replace "
-               "(invalid bytes become U+FFFD)",
-       .choices = "error|replace"},
-      {.name = "max_record_bytes",
-       .type = ParamType::integer,
-       .default_value = "16777216",
-       .help = "longer input records become error records (their bytes are not kept in memory)",
-       .min = 1},
       {.name = "max_record_tokens",
        .type = ParamType::integer,
        .default_value = "0",
@@ -67,10 +41,41 @@ const std::vector<ParamSpec>& common_task_params() {
   return params;
 }
 
-std::unique_ptr<Task> create_task(const Pipeline& pipeline, const Plugins& plugins) {
+void require_model_kind(const Model& model, std::span<const ModelKind> kinds,
+                        const std::string& who, const std::string& hint) {
+  const ModelInfo& info = model.info();
+  if (kinds.empty() || std::find(kinds.begin(), kinds.end(), info.kind) != kinds.end()) return;
+  std::string names;
+  for (std::size_t i = 0; i < kinds.size(); ++i)
+    names += std::string(i == 0                  ? ""
+                         : i + 1 == kinds.size() ? " or "
+                                                 : ", ") +
+             model_kind_name(kinds[i]);
+  throw ConfigError(who + " runs " + names + " models; the model '" + info.architecture + "' is " +
+                    model_kind_name(info.kind) + (hint.empty() ? "" : ": " + hint));
+}
+
+const MaskStrategy& Plugins::held_mask(const std::string& name) const {
+  auto it = held_masks.find(name);
+  if (it == held_masks.end())
+    throw RuntimeError("the task holds no '" + name + "' mask strategy (TaskSpec::held_masks)");
+  return *it->second;
+}
+
+namespace {
+const TaskEntry* find_task(const std::string& name) {
   for (const auto& e : task_catalog())
-    if (e.spec.name == pipeline.task) return e.create(pipeline, plugins);
-  throw ConfigError("unknown task '" + pipeline.task + "'");
+    if (e.spec.name == name) return &e;
+  return nullptr;
+}
+}  // namespace
+
+std::unique_ptr<Task> create_task(const Pipeline& pipeline, const Plugins& plugins) {
+  const TaskEntry* entry = find_task(pipeline.task);
+  if (!entry) throw ConfigError("unknown task '" + pipeline.task + "'");
+  if (plugins.model)
+    require_model_kind(*plugins.model, entry->spec.model_kinds, "the task '" + pipeline.task + "'");
+  return entry->create(pipeline, plugins);
 }
 
 template <class T>
@@ -89,6 +94,12 @@ Plugins create_plugins(const Pipeline& pipeline, const Registry& registry) {
   p.target_tokenizer = create_as<Tokenizer>(pipeline, registry, "target_tokenizer");
   p.mask = create_as<MaskStrategy>(pipeline, registry, "mask");
   p.decoder = create_as<Decoder>(pipeline, registry, "decoder");
+  if (const TaskEntry* entry = find_task(pipeline.task))
+    for (const std::string& name : entry->spec.held_masks) {
+      const PluginEntry& mask = registry.find(PluginKind::mask, name);
+      std::unique_ptr<Plugin> plugin = registry.create(mask, default_params(*mask.descriptor));
+      p.held_masks[name].reset(static_cast<MaskStrategy*>(plugin.release()));
+    }
   p.model = create_as<Model>(pipeline, registry, "model");
   return p;
 }

@@ -1,6 +1,7 @@
 // Tasks: what `masque run` does with each record (lm-score, lm-generate, seq2seq, ...).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -19,13 +20,18 @@
 
 namespace masque {
 
-// The plugin objects a pipeline names, created once per run and shared by all workers.
+// The plugin objects a pipeline names, created once per run and shared by all workers, and the
+// mask strategies the task holds besides the pipeline's (TaskSpec::held_masks).
 struct Plugins {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Tokenizer> target_tokenizer;
   std::unique_ptr<MaskStrategy> mask;
   std::unique_ptr<Decoder> decoder;
+  std::map<std::string, std::unique_ptr<MaskStrategy>> held_masks;  // by plugin name
+
+  // A held strategy; RuntimeError when the task's spec did not declare it.
+  const MaskStrategy& held_mask(const std::string& name) const;
 };
 
 Plugins create_plugins(const Pipeline& pipeline, const Registry& registry);
@@ -65,8 +71,14 @@ const std::vector<TaskEntry>& task_catalog();
 std::vector<TaskSpec> task_specs();
 std::unique_ptr<Task> create_task(const Pipeline& pipeline, const Plugins& plugins);
 
-// Parameters every task has (batching and input limits), appended to each TaskSpec.
+// Parameters every task has (the record length limit), appended to each TaskSpec. Batching and
+// input limits are run settings (run/settings.hpp).
 const std::vector<ParamSpec>& common_task_params();
+
+// ConfigError unless the model's kind is one of `kinds`: "<who> runs <kinds> models; the
+// model '<architecture>' is <kind>" and the hint.
+void require_model_kind(const Model& model, std::span<const ModelKind> kinds,
+                        const std::string& who, const std::string& hint = "");
 
 // Registration helper used by each task's file.
 struct TaskRegistration {

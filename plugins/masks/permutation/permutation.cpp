@@ -1,9 +1,11 @@
 // Mask strategy `permutation` (XLNet's idea): with a factorization order pi, the token at
 // position pi_t sees itself and pi_1 .. pi_{t-1}. rank = index of the position in the order.
 //
-// With `stream: query` the strategy also appends one query token per position, in order: the
-// query for step t carries position pi_t and sees only the content of pi_1 .. pi_{t-1} (and
-// itself), so all steps of p(x_{pi_t} | x_{pi_<t}) come out of one forward pass.
+// With `stream: query` (or a request asking for it) the strategy also appends one query token
+// per ordered position: the query for step t carries position pi_t and sees only the content
+// of pi_1 .. pi_{t-1} (and itself), so all steps of p(x_{pi_t} | x_{pi_<t}) come out of one
+// forward pass. Tokens a request marks as context ([CLS], [SEP], a template's given words)
+// stay outside the order: rank -1, seen by every token, seeing only the other context.
 #include <charconv>
 #include <cstdint>
 #include <string>
@@ -81,19 +83,22 @@ class PermutationMask final : public masque::MaskStrategy {
   }
 
   masque::SequenceMask build(const masque::MaskRequest& request) const override {
-    const std::int32_t n = request.length;
+    const std::vector<std::int32_t> slots = ordered_positions(request);
+    const auto m = static_cast<std::int32_t>(slots.size());
     masque::SequenceMask mask;
-    mask.order = resolve_order(request);
-    check_permutation(mask.order, n);
-    const std::size_t total = query_stream_ ? 2 * static_cast<std::size_t>(n) : n;
-    mask.rank.resize(total);
+    mask.order = resolve_order(request, m);
+    check_permutation(mask.order, m);
+    const bool queries = query_stream_ || request.query_stream;
+    const std::size_t n = static_cast<std::size_t>(request.length);
+    const std::size_t total = n + (queries ? slots.size() : 0);
+    mask.rank.assign(total, -1);  // context: seen by every token, sees the other context
     mask.role.assign(total, masque::TokenRole::content);
-    for (std::int32_t t = 0; t < n; ++t) mask.rank[mask.order[t]] = t;
-    if (query_stream_) {
-      mask.query_positions = mask.order;
-      for (std::int32_t t = 0; t < n; ++t) {
-        mask.rank[n + t] = t - 1;  // sees the content of steps 0..t-1
+    for (std::int32_t t = 0; t < m; ++t) mask.rank[slots[mask.order[t]]] = t;
+    if (queries) {
+      for (std::int32_t t = 0; t < m; ++t) {
+        mask.rank[n + t] = t - 1;  // sees the context and the content of steps 0..t-1
         mask.role[n + t] = masque::TokenRole::query;
+        mask.query_positions.push_back(slots[mask.order[t]]);
       }
     }
     return mask;
@@ -103,8 +108,22 @@ class PermutationMask final : public masque::MaskStrategy {
   bool supports_incremental() const override { return true; }
 
  private:
-  std::vector<std::int32_t> resolve_order(const masque::MaskRequest& request) const {
-    const std::int32_t n = request.length;
+  // The positions that take part in the order: all but the request's context tokens.
+  static std::vector<std::int32_t> ordered_positions(const masque::MaskRequest& request) {
+    const std::size_t n = static_cast<std::size_t>(request.length);
+    if (!request.context.empty() && request.context.size() != n)
+      throw masque::RecordError("the context flags have " + std::to_string(request.context.size()) +
+                                " entries for " + std::to_string(n) + " tokens");
+    std::vector<std::int32_t> slots;
+    for (std::size_t p = 0; p < n; ++p)
+      if (request.context.empty() || !request.context[p])
+        slots.push_back(static_cast<std::int32_t>(p));
+    return slots;
+  }
+
+  // The order over `n` ordered tokens (indexes into them, first to last).
+  std::vector<std::int32_t> resolve_order(const masque::MaskRequest& request,
+                                          std::int32_t n) const {
     if (!request.order.empty()) return {request.order.begin(), request.order.end()};
     std::vector<std::int32_t> order(n);
     for (std::int32_t i = 0; i < n; ++i) order[i] = i;

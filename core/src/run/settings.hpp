@@ -1,0 +1,33 @@
+// Run-level settings: the pipeline's `run:` section (batching and input limits). They belong to
+// the corpus runner, not to a task; the runner declares them here, the pipeline loader validates
+// the section against them, and `masque tasks` / `masque run --help` list them.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "io/records.hpp"
+#include "masque/params.hpp"
+
+namespace masque {
+
+struct BatchingOptions {
+  std::size_t max_batch_size = 32;
+  std::size_t max_batch_tokens = 16384;
+  std::size_t read_ahead = 0;  // 0 = 16 x max_batch_size
+
+  // Records read ahead, prepared and sorted by length before they are cut into batches.
+  std::size_t window() const { return read_ahead ? read_ahead : 16 * max_batch_size; }
+};
+
+// The parameters of the `run:` section, with types, defaults and help.
+const std::vector<ParamSpec>& run_param_specs();
+bool is_run_param(const std::string& key);
+
+// The settings from validated `run:` parameters (every key present).
+BatchingOptions batching_from(const Params& run_params);
+// Sets the input limits (record size, invalid UTF-8) of `input`.
+void apply_input_limits(const Params& run_params, InputOptions& input);
+
+}  // namespace masque
