@@ -9,7 +9,8 @@ bool SequenceMask::allowed(std::size_t i, std::size_t j) const {
   const std::size_t n = rank.size();
   if (!dense.empty()) return dense[i * n + j] != 0;
   if (i == j) return true;
-  return role[j] == TokenRole::content && rank[j] <= rank[i];
+  return role[j] == TokenRole::content && rank[j] <= rank[i] &&
+         (window <= 0 || rank[i] - rank[j] < window);
 }
 
 void AttentionLayout::reset(std::int32_t b, std::int32_t t) {
@@ -18,6 +19,7 @@ void AttentionLayout::reset(std::int32_t b, std::int32_t t) {
   rank.assign(static_cast<std::size_t>(b) * t, 0);
   role.assign(static_cast<std::size_t>(b) * t, TokenRole::pad);
   dense.clear();
+  window = 0;
 }
 
 void AttentionLayout::set_row(std::int32_t b, const SequenceMask& mask) {
@@ -26,6 +28,7 @@ void AttentionLayout::set_row(std::int32_t b, const SequenceMask& mask) {
     throw RuntimeError("AttentionLayout::set_row: row " + std::to_string(b) + " of " +
                        std::to_string(n) + " tokens does not fit a batch of " +
                        std::to_string(batch) + " x " + std::to_string(length));
+  if (mask.window > 0) window = mask.window;
   const std::size_t base = static_cast<std::size_t>(b) * length;
   for (std::size_t i = 0; i < n; ++i) {
     rank[base + i] = mask.rank[i];
@@ -42,7 +45,8 @@ void AttentionLayout::set_row(std::int32_t b, const SequenceMask& mask) {
           for (std::size_t j = 0; j < T; ++j) {
             const std::size_t bi = r * T + i, bj = r * T + j;
             bool ok = role[bj] != TokenRole::pad && role[bi] != TokenRole::pad &&
-                      (i == j || (role[bj] == TokenRole::content && rank[bj] <= rank[bi]));
+                      (i == j || (role[bj] == TokenRole::content && rank[bj] <= rank[bi] &&
+                                  (window <= 0 || rank[bi] - rank[bj] < window)));
             dense[r * T * T + i * T + j] = ok;
           }
       }
@@ -65,7 +69,8 @@ bool AttentionLayout::allowed(std::int32_t b, std::int32_t i, std::int32_t j) co
   if (role[bj] == TokenRole::pad || role[bi] == TokenRole::pad) return false;
   if (!dense.empty()) return dense[b * T * T + i * T + j] != 0;
   if (i == j) return true;
-  return role[bj] == TokenRole::content && rank[bj] <= rank[bi];
+  return role[bj] == TokenRole::content && rank[bj] <= rank[bi] &&
+         (window <= 0 || rank[bi] - rank[bj] < window);
 }
 
 }  // namespace masque

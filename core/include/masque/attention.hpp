@@ -41,6 +41,28 @@ struct AttentionDims {
   float scale = 1.0f;         // usually 1/sqrt(d); given by the model
 };
 
+// An additive score bias per (head, query column, key column), evaluated in the kernel (no
+// n x n tensor per head): T5's relative-position buckets or ALiBi's linear distance penalty.
+// Columns are the token indices of the keys; query i is column i + MaskView::self_offset (so a
+// decoding step against a KV cache gets the same bias as a full forward).
+struct PositionBias {
+  enum class Kind : std::uint8_t { none, t5_buckets, alibi };
+  Kind kind = Kind::none;
+  // t5_buckets: [num_buckets, heads] (HF relative_attention_bias.weight), bias = table[bucket(key
+  // - query)][head]; alibi: one slope per head, bias = slope[head] * (key - query).
+  const float* table = nullptr;
+  std::int32_t heads = 0;
+  std::int32_t num_buckets = 32, max_distance = 128;
+  bool bidirectional = true;
+
+  float value(std::int32_t head, std::int32_t query, std::int32_t key) const;
+};
+
+// T5's bucket of a relative position (key - query), as HF T5Attention._relative_position_bucket
+// computes it (the logarithmic part in float32).
+std::int32_t t5_relative_bucket(std::int32_t relative, bool bidirectional, std::int32_t num_buckets,
+                                std::int32_t max_distance);
+
 // Who may attend to whom, for a batch of `batch` rows of q_len queries and k_len keys.
 // Key j of row b has role key_role[b * key_stride + j] and rank key_rank[...]; queries likewise.
 // Without query arrays (cross-attention) every query sees every non-pad key. Query i is the
@@ -56,6 +78,10 @@ struct MaskView {
   std::int64_t query_stride = 0;
   std::int32_t self_offset = 0;
   const std::uint8_t* dense = nullptr;
+  // Sliding window (Mistral, Qwen2): > 0 adds rank(query) - rank(key) < window to the rank
+  // clause (the i == j clause still holds). Not with a dense mask.
+  std::int32_t window = 0;
+  const PositionBias* bias = nullptr;  // added to the scaled scores, or null
 
   // Self-attention over a padded batch (the layout must outlive the view).
   static MaskView self(const AttentionLayout& layout);

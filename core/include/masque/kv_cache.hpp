@@ -95,9 +95,10 @@ class BOOST_SYMBOL_VISIBLE KvCache {
 
   std::int32_t layers_ = 0, rows_ = 0, length_ = 0, pending_ = 0, capacity_ = 0;
   std::int64_t width_ = 0;
-  std::vector<Tensor> keys_, values_;                    // per layer [rows, capacity, width]
-  std::vector<std::int32_t> rank_;                       // [rows, capacity]
-  std::vector<TokenRole> role_;                          // [rows, capacity]
+  std::int32_t window_ = 0;            // the prefill layout's sliding window, kept for the steps
+  std::vector<Tensor> keys_, values_;  // per layer [rows, capacity, width]
+  std::vector<std::int32_t> rank_;     // [rows, capacity]
+  std::vector<TokenRole> role_;        // [rows, capacity]
   std::vector<std::int32_t> pending_positions_;          // [rows, pending]
   std::vector<std::int32_t> next_rank_, next_position_;  // per row, over the kept content
 

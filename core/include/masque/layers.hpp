@@ -102,8 +102,11 @@ struct BOOST_SYMBOL_VISIBLE Embedding {
 // Rotary position embedding, Hugging Face `rotate_half` convention: within each head the first
 // `rotary_dim` features are rotated as pairs (i, i + rotary_dim/2) by angle
 // position * theta^(-2i/rotary_dim); features past rotary_dim are left alone.
-// Angles are computed in double; a table covers positions < max_positions (others are
-// computed on the fly).
+// Angles are computed in double; a table covers positions < min(max_positions,
+// kRotaryTableRows) and others are computed on the fly (the same floats), so memory does not
+// grow with what a config claims.
+inline constexpr std::int32_t kRotaryTableRows = 4096;
+
 class BOOST_SYMBOL_VISIBLE Rotary {
  public:
   Rotary() = default;

@@ -41,6 +41,8 @@ struct SequenceMask {
   std::vector<std::int32_t> rank;  // one per token: content tokens, then query tokens
   std::vector<TokenRole> role;
   std::vector<std::uint8_t> dense;  // empty, or n*n with n = rank.size()
+  // Sliding window (> 0): the rank clause also needs rank[i] - rank[j] < window.
+  std::int32_t window = 0;
   std::vector<std::int32_t> order;  // the factorization order used (permutation), else empty
   // Query tokens appended after the content: the content position each one predicts. The task
   // feeds a [MASK] token with that position id for each.
@@ -65,6 +67,7 @@ struct AttentionLayout {
   std::vector<std::int32_t> rank;   // B*T
   std::vector<TokenRole> role;      // B*T
   std::vector<std::uint8_t> dense;  // empty, or B*T*T
+  std::int32_t window = 0;          // the rows' SequenceMask::window (0: none)
 
   void reset(std::int32_t batch, std::int32_t length);  // all pad, rank 0, no dense
   // Copies one sequence's mask into row b (its size must be <= T).

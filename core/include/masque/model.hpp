@@ -30,6 +30,9 @@ struct ModelInfo {
   std::int32_t num_layers = 0;
   std::int32_t max_positions = 0;  // longest sequence the model accepts (0 = unlimited)
   bool uses_token_types = false;
+  // The network's sliding attention window (Mistral / Qwen2 `sliding_window`; 0: none). The
+  // model applies it itself, inside the kernel, under any layout and with the KV cache.
+  std::int32_t sliding_window = 0;
   // From the model's config; -1 when not given.
   TokenId bos = -1, eos = -1, pad = -1, decoder_start = -1;
 };

@@ -69,6 +69,11 @@ void embedding(const Tensor& table, std::span<const std::int32_t> ids, Tensor& o
 // out[i] += table[ids[i]] (position and token-type embeddings).
 void add_embedding(const Tensor& table, std::span<const std::int32_t> ids, Tensor& out);
 
+// ---- rows ----------------------------------------------------------------------------------
+
+// out[i] = x[rows[i]] (rows of the last dimension); RuntimeError for a row outside x.
+void gather_rows(const Tensor& x, std::span<const std::int32_t> rows, Tensor& out);
+
 // ---- scoring (in double: a float sum over 50k logits is off by ~1e-5) ----------------------
 
 double logsumexp(std::span<const float> logits);

@@ -133,6 +133,19 @@ MASQUE_VECTORIZE void mask_rank_row(float* __restrict s, const TokenRole* __rest
     s[j] = ok ? s[j] : kNegInf;
   }
 }
+// The same with a sliding window: ranks more than window - 1 below the query's are hidden too.
+MASQUE_VECTORIZE void mask_window_row(float* __restrict s, const TokenRole* __restrict role,
+                                      const std::int32_t* __restrict rank, std::int32_t n,
+                                      std::int32_t query_rank, std::int32_t self,
+                                      std::int32_t window) {
+  for (std::int32_t j = 0; j < n; ++j) {
+    const bool ok =
+        role[j] != TokenRole::pad && ((role[j] == TokenRole::content && rank[j] <= query_rank &&
+                                       query_rank - rank[j] < window) ||
+                                      j == self);
+    s[j] = ok ? s[j] : kNegInf;
+  }
+}
 MASQUE_VECTORIZE void mask_dense_row(float* __restrict s, const TokenRole* __restrict role,
                                      const std::uint8_t* __restrict dense, std::int32_t n) {
   for (std::int32_t j = 0; j < n; ++j)
@@ -155,8 +168,21 @@ void mask_row(const Problem& p, const Tile& t, std::int32_t i, std::int32_t j0, 
   if (m.dense) {
     return mask_dense_row(s, role, m.dense + (std::int64_t{t.b} * m.q_len + i) * m.k_len + j0, n);
   }
+  if (m.window > 0)
+    return mask_window_row(s, role, m.key_rank + t.b * m.key_stride + j0, n,
+                           m.query_rank[t.b * m.query_stride + i], i + m.self_offset - j0,
+                           m.window);
   mask_rank_row(s, role, m.key_rank + t.b * m.key_stride + j0, n,
                 m.query_rank[t.b * m.query_stride + i], i + m.self_offset - j0);
+}
+
+// s[c] += the position bias of the tile's row r for key column cols[c] (or j0 + c).
+void add_bias_row(const Problem& p, const Tile& t, std::int32_t r, std::int32_t j0,
+                  const std::vector<std::int32_t>* cols, std::int32_t n, float* s) {
+  const PositionBias& bias = *p.mask.bias;
+  const std::int32_t head = p.head_of(t, r);
+  const std::int32_t query = p.query_of(t, r) + p.mask.self_offset;
+  for (std::int32_t c = 0; c < n; ++c) s[c] += bias.value(head, query, cols ? (*cols)[c] : j0 + c);
 }
 
 // The unnormalised softmax of one masked row in place: exp(s - max). Returns 1 / sum, or 0 for
@@ -248,14 +274,18 @@ bool all_visible(const Problem& p, const Tile& t, std::int32_t j0, std::int32_t 
     return true;
   }
   std::int32_t min_rank = std::numeric_limits<std::int32_t>::max();
+  std::int32_t max_rank = std::numeric_limits<std::int32_t>::min();
   for (std::int32_t r = 0; r < t.rows; ++r) {
     const std::int32_t i = p.query_of(t, r);
     if (query_is_pad(m, t.b, i)) return false;
     min_rank = std::min(min_rank, m.query_rank[t.b * m.query_stride + i]);
+    max_rank = std::max(max_rank, m.query_rank[t.b * m.query_stride + i]);
   }
   const std::int32_t* rank = m.key_rank + t.b * m.key_stride;
   for (std::int32_t j = j0; j < j1; ++j)
-    if (role[j] != TokenRole::content || rank[j] > min_rank) return false;
+    if (role[j] != TokenRole::content || rank[j] > min_rank ||
+        (m.window > 0 && std::int64_t{max_rank} - rank[j] >= m.window))
+      return false;
   return true;
 }
 
@@ -329,6 +359,7 @@ void run_tile(const Problem& p, const Tile& t, std::vector<float>& work) {
   const bool masked = gathered || !all_visible(p, t, j0, j1);
   for (std::int32_t r = 0; r < t.rows; ++r) {
     float* row = s + std::int64_t{r} * n;
+    if (p.mask.bias) add_bias_row(p, t, r, j0, gathered ? &cols : nullptr, n, row);
     if (gathered)
       mask_row_at(p, t, p.query_of(t, r), cols, row);
     else if (masked)
@@ -491,8 +522,9 @@ std::int32_t visible_keys(const MaskView& m, std::int32_t b, std::int32_t i, std
   const std::int32_t query_rank = m.query_rank[b * m.query_stride + i];
   const std::int32_t self = i + m.self_offset;
   for (std::int32_t j = 0; j < m.k_len; ++j)
-    if (role[j] != TokenRole::pad &&
-        ((role[j] == TokenRole::content && rank[j] <= query_rank) || j == self))
+    if (role[j] != TokenRole::pad && ((role[j] == TokenRole::content && rank[j] <= query_rank &&
+                                       (m.window <= 0 || query_rank - rank[j] < m.window)) ||
+                                      j == self))
       keys[n++] = j;
   return n;
 }
@@ -630,6 +662,7 @@ MaskView MaskView::self(const AttentionLayout& layout) {
   m.key_rank = m.query_rank = layout.rank.data();
   m.key_stride = m.query_stride = layout.length;
   m.dense = layout.dense.empty() ? nullptr : layout.dense.data();
+  m.window = m.dense ? 0 : layout.window;
   return m;
 }
 
@@ -651,8 +684,43 @@ bool MaskView::allowed(std::int32_t b, std::int32_t i, std::int32_t j) const {
   if (query_role[b * query_stride + i] == TokenRole::pad) return false;
   if (dense) return dense[(std::int64_t{b} * q_len + i) * k_len + j] != 0;
   if (j == i + self_offset) return true;
-  return kr == TokenRole::content &&
-         key_rank[b * key_stride + j] <= query_rank[b * query_stride + i];
+  const std::int32_t qr = query_rank[b * query_stride + i], kr_rank = key_rank[b * key_stride + j];
+  return kr == TokenRole::content && kr_rank <= qr && (window <= 0 || qr - kr_rank < window);
+}
+
+std::int32_t t5_relative_bucket(std::int32_t relative, bool bidirectional, std::int32_t num_buckets,
+                                std::int32_t max_distance) {
+  std::int32_t bucket = 0;
+  if (bidirectional) {
+    num_buckets /= 2;
+    if (relative > 0) bucket += num_buckets;
+    relative = relative < 0 ? -relative : relative;
+  } else {
+    relative = relative < 0 ? -relative : 0;
+  }
+  const std::int32_t max_exact = num_buckets / 2;
+  if (relative < max_exact) return bucket + relative;
+  // float32 as torch computes it: log(rel / max_exact) / log(max_distance / max_exact) * span.
+  const float ratio = std::log(static_cast<float>(relative) / static_cast<float>(max_exact)) /
+                      static_cast<float>(std::log(static_cast<double>(max_distance) / max_exact));
+  const auto large =
+      max_exact + static_cast<std::int32_t>(ratio * static_cast<float>(num_buckets - max_exact));
+  return bucket + std::min(large, num_buckets - 1);
+}
+
+float PositionBias::value(std::int32_t head, std::int32_t query, std::int32_t key) const {
+  switch (kind) {
+    case Kind::t5_buckets:
+      return table[std::int64_t{
+                       t5_relative_bucket(key - query, bidirectional, num_buckets, max_distance)} *
+                       heads +
+                   head];
+    case Kind::alibi:
+      return table[head] * static_cast<float>(key - query);
+    case Kind::none:
+      break;
+  }
+  return 0.0f;
 }
 
 void attention(const AttentionDims& dims, const MaskView& mask, SeqView q, SeqView k, SeqView v,
@@ -660,7 +728,7 @@ void attention(const AttentionDims& dims, const MaskView& mask, SeqView q, SeqVi
   validate(dims, mask, q, k, v, out);
   if (mask.batch == 0 || mask.q_len == 0) return;
   const Problem problem{dims, mask, q, k, v, out, probs, dims.heads / dims.kv_heads};
-  if (small_heads(dims)) return attention_small_heads(problem);
+  if (small_heads(dims) && !mask.bias) return attention_small_heads(problem);
   zero_padding_queries(problem, out);
   const std::vector<Tile> tiles = make_tiles(problem);
   const double flops = 4.0 * mask.batch * mask.q_len * mask.k_len * dims.heads * dims.head_dim;

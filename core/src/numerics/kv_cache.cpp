@@ -95,6 +95,7 @@ void KvCache::note_kept(std::int32_t row, std::int32_t col) {
 
 void KvCache::begin(const AttentionLayout& layout, std::span<const std::int32_t> positions) {
   check_idle("begin");
+  if (layout.window > 0) window_ = layout.window;
   if (layout.batch != rows_)
     throw RuntimeError("KvCache::begin: a batch of " + std::to_string(layout.batch) +
                        " rows for a cache of " + std::to_string(rows_));
@@ -161,6 +162,7 @@ MaskView KvCache::mask() const {
   m.query_rank = rank_.data() + length_;
   m.query_stride = capacity_;
   m.self_offset = length_;
+  m.window = window_;
   return m;
 }
 
@@ -301,6 +303,7 @@ KvCache KvCache::fork() const {
   copy.length_ = length_;
   copy.capacity_ = capacity_;
   copy.width_ = width_;
+  copy.window_ = window_;
   for (const auto* src : {&keys_, &values_, &cross_keys_, &cross_values_}) {
     std::vector<Tensor> cloned;
     for (const auto& t : *src) cloned.push_back(t.empty() ? Tensor() : t.clone());

@@ -1,4 +1,5 @@
 // Rotary position embedding (Hugging Face rotate_half convention).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -13,7 +14,9 @@ Rotary::Rotary(std::int32_t head_dim, double theta, std::int32_t max_positions,
                std::int32_t rotary_dim)
     : head_dim_(head_dim),
       rotary_dim_(rotary_dim == 0 ? head_dim : rotary_dim),
-      max_positions_(max_positions),
+      // A config's claim (a million positions) costs nothing: the table covers the first few
+      // thousand, later positions are computed on the fly to the same floats.
+      max_positions_(std::min(max_positions, kRotaryTableRows)),
       theta_(theta) {
   if (head_dim_ <= 0 || rotary_dim_ <= 0 || rotary_dim_ > head_dim_ || rotary_dim_ % 2 != 0 ||
       max_positions_ < 0 || !(theta_ > 0.0))

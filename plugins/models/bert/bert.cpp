@@ -1,27 +1,131 @@
 // Model plugin `bert`: Hugging Face BertForMaskedLM (or BertModel) checkpoints under any mask
 // strategy: bidirectional MLM, causal LM, UniLM seq2seq, permutation LM with query tokens.
-#include "bert_model.hpp"
-#include "masque/params.hpp"
-#include "masque/plugin.hpp"
-#include "matmul_dtype.hpp"
+//
+// BERT itself is bidirectional; the layout decides the task (../shared/DESIGN.md). The model
+// applies the layout as given: a full forward for any layout (rank-based or dense, with query
+// tokens), and KV-cached start/step wherever the layout's ranks allow it (a mask strategy's
+// supports_incremental()). A config reader over the Transformer tier: word + position + token
+// type embeddings and a LayerNorm, post-norm blocks, the MLM head (transform, tied decoder).
+#include <cmath>
+#include <string>
+
+#include "hf_plugin.hpp"
+
+namespace masque::bert {
+
+using namespace transformer;
+using models::fail;
+using models::positive;
+
+// Encoder names are accepted with and without the `bert.` prefix (BertForMaskedLM vs
+// BertModel); the head's (cls.predictions.*) are not prefixed.
+std::string encoder_prefix(const SafeTensors& st) {
+  if (st.contains("bert.embeddings.word_embeddings.weight")) return "bert.";
+  if (st.contains("embeddings.word_embeddings.weight")) return "";
+  throw ConfigError(st.path().string() +
+                    ": no tensor 'bert.embeddings.word_embeddings.weight' (nor "
+                    "'embeddings.word_embeddings.weight'): not a BERT checkpoint");
+}
+
+// cls.predictions: transform (dense + hidden_act, LayerNorm), then the decoder, whose weight is
+// the word embedding matrix when tied (HF's default) and whose bias is cls.predictions.bias
+// (older checkpoints store it as cls.predictions.decoder.bias).
+HeadSpec mlm_head(const JsonConfig& config, const SafeTensors& st, const TensorSpec& words,
+                  Activation act, float eps) {
+  const std::int64_t h = words.shape[1], vocab = words.shape[0];
+  HeadSpec head;
+  head.transform = linear("cls.predictions.transform.dense", h, h, true);
+  head.transform_activation = act;
+  head.transform_norm = norm(NormKind::layer_norm, "cls.predictions.transform.LayerNorm", h, eps);
+  head.output.weight = config.get_bool("tie_word_embeddings", true)
+                           ? words
+                           : TensorSpec{"cls.predictions.decoder.weight", {vocab, h}};
+  const bool old_bias =
+      !st.contains("cls.predictions.bias") && st.contains("cls.predictions.decoder.bias");
+  head.output.bias = {old_bias ? "cls.predictions.decoder.bias" : "cls.predictions.bias", {vocab}};
+  return head;
+}
+
+TransformerSpec read_spec(const JsonConfig& config, const SafeTensors& st, bool with_head) {
+  models::expect_model_type(config, "bert");
+  const std::string positions = config.get_string("position_embedding_type", "absolute");
+  if (positions != "absolute")
+    fail(config, "position_embedding_type",
+         "only learned absolute position embeddings ('absolute') are supported, got '" + positions +
+             "'");
+  const std::int32_t vocab = positive(config, "vocab_size");
+  const std::int32_t h = positive(config, "hidden_size");
+  const std::int32_t layers = positive(config, "num_hidden_layers");
+  const std::int32_t heads = positive(config, "num_attention_heads");
+  const std::int32_t inner = positive(config, "intermediate_size");
+  const std::int32_t max_positions = positive(config, "max_position_embeddings");
+  const std::int32_t types = positive(config, "type_vocab_size", {}, 2);
+  if (h % heads != 0)
+    fail(config, "num_attention_heads",
+         std::to_string(heads) + " heads do not divide hidden_size " + std::to_string(h));
+  const float eps = models::positive_number(config, "layer_norm_eps", 1e-12);
+  const Activation act = models::activation(config, "hidden_act", "gelu");
+
+  const std::string p = encoder_prefix(st);
+  TransformerSpec s{.architecture = "bert",
+                    .kind = ModelKind::encoder_only,
+                    .positions_key = "max_position_embeddings",
+                    .vocab_size = vocab};
+  s.decoder.hidden = h;
+  EmbeddingSpec& e = s.decoder.embeddings;
+  e.tokens = {p + "embeddings.word_embeddings.weight", {vocab, h}};
+  e.positions = {.kind = PositionKind::learned,
+                 .max_positions = max_positions,
+                 .table = {p + "embeddings.position_embeddings.weight", {max_positions, h}}};
+  e.token_types = {p + "embeddings.token_type_embeddings.weight", {types, h}};
+  e.norm = norm(NormKind::layer_norm, p + "embeddings.LayerNorm", h, eps);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(h / heads)));
+  for (std::int32_t l = 0; l < layers; ++l) {
+    const std::string q = p + "encoder.layer." + std::to_string(l) + ".";
+    BlockSpec& b = s.decoder.blocks.emplace_back();
+    b.pre_norm = false;
+    b.attention = {.heads = heads,
+                   .kv_heads = heads,
+                   .head_dim = h / heads,
+                   .scale = scale,
+                   .projections = {linear(q + "attention.self.query", h, h, true),
+                                   linear(q + "attention.self.key", h, h, true),
+                                   linear(q + "attention.self.value", h, h, true)},
+                   .output = linear(q + "attention.output.dense", h, h, true)};
+    b.attention_norm = norm(NormKind::layer_norm, q + "attention.output.LayerNorm", h, eps);
+    b.mlp = {.kind = MlpKind::plain,
+             .activation = act,
+             .in = {linear(q + "intermediate.dense", inner, h, true)},
+             .out = linear(q + "output.dense", h, inner, true)};
+    b.mlp_norm = norm(NormKind::layer_norm, q + "output.LayerNorm", h, eps);
+  }
+  if (with_head)
+    s.head = mlm_head(config, st, e.tokens, act, eps);
+  else
+    s.head.absent_reason = "mlm_head: false";
+  return s;
+}
+
+}  // namespace masque::bert
 
 namespace {
 
 masque::Plugin* create(const masque::Params& params) {
-  return new masque::bert::BertModel({
-      .path = params.get_string("path"),
-      .mlm_head = params.get_bool("mlm_head"),
-      .compute = masque::models::matmul_dtype(params),
-  });
+  using masque::models::first_id;
+  const masque::models::HfFolder folder(params);
+  const masque::transformer::ModelTokens tokens{first_id(folder.config, "bos_token_id", -1),
+                                                first_id(folder.config, "eos_token_id", -1),
+                                                first_id(folder.config, "pad_token_id", -1)};
+  return masque::models::build_model(
+      masque::bert::read_spec(folder.config, folder.weights, params.get_bool("mlm_head")), folder,
+      tokens, params);
 }
 
 const masque::ParamSpec kParams[] = {
-    {.name = "path",
-     .type = masque::ParamType::path,
-     .help = "the model folder: config.json and model.safetensors (or a sharded "
-             "model.safetensors.index.json) with Hugging Face BertForMaskedLM tensor names, with "
-             "or without the `bert.` prefix",
-     .flags = masque::kParamRequired},
+    masque::models::path_param(
+        "the model folder: config.json and model.safetensors (or a sharded "
+        "model.safetensors.index.json) with Hugging Face BertForMaskedLM tensor names, with or "
+        "without the `bert.` prefix"),
     {.name = "mlm_head",
      .type = masque::ParamType::boolean,
      .default_value = "true",
@@ -30,20 +134,8 @@ const masque::ParamSpec kParams[] = {
     masque::models::kMatmulDtypeParam,
 };
 
-const masque::PluginDescriptor* descriptor() {
-  static const masque::PluginDescriptor d{
-      .kind = masque::PluginKind::model,
-      .name = "bert",
-      .version = "1.0.0",
-      .license = "MIT",
-      .description = "BERT with its MLM head: encodings and token predictions under any mask",
-      .params = kParams,
-      .num_params = sizeof(kParams) / sizeof(kParams[0]),
-      .create = create,
-  };
-  return &d;
-}
-
 }  // namespace
 
-MASQUE_PLUGIN(descriptor)
+MASQUE_MODEL_PLUGIN("bert", "1.1.0",
+                    "BERT with its MLM head: encodings and token predictions under any mask",
+                    kParams, create)

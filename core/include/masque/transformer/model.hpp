@@ -1,0 +1,61 @@
+// The Transformer tier, part 3: the one cached-model skeleton every model plugin uses.
+//
+// TransformerModel implements the Model contract (masque/model.hpp) over a network built from
+// a TransformerSpec: token checks (RecordErrors naming the row, column and the config key),
+// output-row gathering, a reusable logits buffer for forward(), a KV-cache append that is ended
+// on every path (an exception leaves the state usable), and forward / start / step for
+// decoder-only, encoder-only and encoder-decoder specs. A model plugin is a config reader that
+// writes a spec (and a ModelTokens), then constructs this.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+
+#include "masque/model.hpp"
+#include "masque/safetensors.hpp"
+#include "masque/transformer/network.hpp"
+#include "masque/transformer/spec.hpp"
+
+namespace masque::transformer {
+
+// The special tokens of the model's config (-1: none).
+struct ModelTokens {
+  TokenId bos = -1, eos = -1, pad = -1, decoder_start = -1;
+};
+
+class BOOST_SYMBOL_VISIBLE TransformerModel final : public Model {
+ public:
+  // Builds the network from `spec`, reading every tensor it names from `checkpoint`; every
+  // matmul computes in `compute` (LinearOptions::compute).
+  TransformerModel(TransformerSpec spec, const SafeTensors& checkpoint, ModelTokens tokens,
+                   DType compute = DType::f32);
+  ~TransformerModel() override;
+
+  const TransformerSpec& spec() const { return spec_; }
+  const ModelInfo& info() const override { return info_; }
+  ForwardResult forward(const Batch& batch) const override;
+  std::unique_ptr<DecodeState> start(const Batch& batch, Tensor* logits) const override;
+  void step(DecodeState& state, const StepInput& input, Tensor& logits) const override;
+
+ private:
+  // Checks and copies a batch's ids, positions and token types for `stack` (pads become 0).
+  void prepare(const Batch& batch, const Stack& stack, std::int32_t vocab, Workspace& ws) const;
+  void prepare_step(const StepInput& input, const KvCache& cache, Workspace& ws) const;
+  // Final norm and head on `rows` of ws.hidden (all when empty). reuse: logits into this
+  // thread's reusable buffer (forward) rather than into *logits' own.
+  void outputs(Workspace& ws, std::span<const std::int32_t> rows, Tensor* logits, Tensor* hidden,
+               bool reuse) const;
+  std::unique_ptr<DecodeState> start_decoder(const Batch& batch, Tensor* logits) const;
+  std::unique_ptr<DecodeState> start_encoder_decoder(const Batch& batch) const;
+
+  TransformerSpec spec_;
+  ModelInfo info_;
+  Stack encoder_, decoder_;
+  Head head_;
+};
+
+// The safetensors checkpoint of a model folder: the sharded index when there is one, else
+// model.safetensors (errors name what is missing).
+SafeTensors open_checkpoint(const std::filesystem::path& folder);
+
+}  // namespace masque::transformer

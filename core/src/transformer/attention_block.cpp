@@ -1,0 +1,92 @@
+// Attention: projections, rotary positions, the attention kernel over a batch layout, a KV
+// cache or the encoder memory, and the output projection.
+#include <algorithm>
+#include <array>
+
+#include "masque/error.hpp"
+#include "masque/transformer/network.hpp"
+
+namespace masque::transformer {
+
+Attention::Attention(const AttentionSpec& spec, const WeightReader& weights, const Rotary* rotary)
+    : dims_{spec.heads, spec.kv_heads, spec.head_dim, spec.scale},
+      window_(spec.window),
+      rotary_(spec.rotary ? rotary : nullptr),
+      out_(weights.linear(spec.output)) {
+  if (spec.rotary && !rotary) throw ConfigError("attention: rotary positions without a table");
+  if (spec.cross) {
+    if (spec.projections.size() != 3)
+      throw ConfigError("attention: cross-attention needs q, k and v projections");
+    qkv_ = weights.linear(spec.projections[0]);
+    kv_ = weights.fused(std::span(spec.projections).subspan(1));
+  } else {
+    qkv_ = weights.fused(spec.projections);
+  }
+  const RelativeBiasSpec& rb = spec.relative_bias;
+  if (rb.kind != RelativeBiasKind::none) {
+    bias_table_ = std::make_shared<const Tensor>(weights.tensor(rb.table));
+    bias_ = {.kind = rb.kind == RelativeBiasKind::t5_buckets ? PositionBias::Kind::t5_buckets
+                                                             : PositionBias::Kind::alibi,
+             .table = bias_table_->f32(),
+             .heads = spec.heads,
+             .num_buckets = rb.num_buckets,
+             .max_distance = rb.max_distance,
+             .bidirectional = rb.bidirectional};
+  }
+}
+
+// The network's own window (a config's sliding_window) and the layout's (the sliding-window
+// mask strategy) both hold: the narrower wins.
+MaskView Attention::windowed(MaskView mask) const {
+  if (window_ > 0) mask.window = mask.window > 0 ? std::min(mask.window, window_) : window_;
+  if (bias_.kind != PositionBias::Kind::none) mask.bias = &bias_;
+  return mask;
+}
+
+void Attention::forward(const Tensor& h, Workspace& ws, const AttentionTarget& target,
+                        std::int32_t layer, Tensor& y) const {
+  const std::int64_t q_width = dims_.heads * std::int64_t{dims_.head_dim};
+  const std::int64_t kv_width = dims_.kv_heads * std::int64_t{dims_.head_dim};
+  qkv_.forward(h, ws.qkv);
+  const std::int64_t rows = ws.qkv.dim(0), width = ws.qkv.dim(1);
+  if (rotary_) {
+    rotary_->apply(ws.qkv.f32(), rows, width, dims_.heads, target.positions);
+    rotary_->apply(ws.qkv.f32() + q_width, rows, width, dims_.kv_heads, target.positions);
+  }
+  // q, k, v are column ranges of the fused projection: no copies.
+  const SeqView q = seq_view(ws.qkv, target.length, 0);
+  const SeqView k = seq_view(ws.qkv, target.length, q_width);
+  const SeqView v = seq_view(ws.qkv, target.length, q_width + kv_width);
+  ws.context.resize({rows, q_width});
+  const MutableSeqView out = mutable_seq_view(ws.context, target.length);
+  if (!target.cache) {
+    attention(dims_, windowed(MaskView::self(*target.layout)), q, k, v, out);
+  } else {
+    target.cache->write(layer, k, v);
+    attention(dims_, windowed(target.cache->mask()), q, target.cache->keys(layer),
+              target.cache->values(layer), out);
+  }
+  out_.forward(ws.context, y);
+}
+
+void Attention::remember(const Tensor& memory, std::int32_t length, KvCache& cache,
+                         std::int32_t layer, Tensor& scratch) const {
+  const std::int64_t kv_width = dims_.kv_heads * std::int64_t{dims_.head_dim};
+  kv_.forward(memory, scratch);
+  cache.set_cross(layer, seq_view(scratch, length, 0), seq_view(scratch, length, kv_width));
+}
+
+void Attention::attend_memory(const Tensor& h, Workspace& ws, const KvCache& cache,
+                              std::int32_t layer, Tensor& y) const {
+  qkv_.forward(h, ws.qkv);
+  ws.context.resize({h.dim(0), dims_.heads * std::int64_t{dims_.head_dim}});
+  if (cache.source_length() == 0) {  // every source is empty: nothing to attend to
+    std::fill(ws.context.f32(), ws.context.f32() + ws.context.numel(), 0.0f);
+  } else {
+    attention(dims_, cache.cross_mask(1), seq_view(ws.qkv, 1), cache.cross_keys(layer),
+              cache.cross_values(layer), mutable_seq_view(ws.context, 1));
+  }
+  out_.forward(ws.context, y);
+}
+
+}  // namespace masque::transformer

@@ -1,0 +1,137 @@
+// The Llama family's network (Llama, Mistral, Qwen2): RMSNorm pre-norm blocks, rotary
+// positions (rotate_half), grouped-query attention, a SwiGLU MLP. A plugin reads what its
+// config says about biases and sliding windows into LlamaFamily; the rest is read here.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hf_config.hpp"
+#include "hf_plugin.hpp"
+
+namespace masque::models {
+
+struct LlamaFamily {
+  const char* architecture;
+  std::int64_t default_positions;  // max_position_embeddings when absent
+  bool qkv_bias = false, o_bias = false, mlp_bias = false;
+  std::vector<std::int32_t> windows;  // per layer, 0 = full attention (empty: all full)
+};
+
+// Only unscaled RoPE is implemented: a scaled checkpoint would silently give wrong numbers.
+inline void check_rope_scaling(const JsonConfig& config) {
+  const nlohmann::json& doc = config.json();
+  const auto it = doc.find("rope_scaling");
+  if (it == doc.end() || it->is_null()) return;
+  if (!it->is_object()) fail(config, "rope_scaling", "expected null or an object");
+  std::string type = "?";
+  for (const char* key : {"rope_type", "type"}) {
+    const auto t = it->find(key);
+    if (t != it->end() && t->is_string()) {
+      type = t->get<std::string>();
+      break;
+    }
+  }
+  if (type != "default")
+    fail(config, "rope_scaling",
+         "unsupported RoPE scaling type '" + type + "' (masque implements plain RoPE only)");
+}
+
+inline transformer::TransformerSpec llama_family_spec(const JsonConfig& config,
+                                                      const SafeTensors& weights,
+                                                      const LlamaFamily& family) {
+  using namespace transformer;
+  const std::int32_t vocab = positive(config, "vocab_size");
+  const std::int32_t c = positive(config, "hidden_size");
+  const std::int32_t layers = positive(config, "num_hidden_layers");
+  const std::int32_t heads = positive(config, "num_attention_heads");
+  const std::int32_t kv_heads = positive(config, "num_key_value_heads", {}, heads);
+  const std::int32_t inner = positive(config, "intermediate_size");
+  const std::int32_t max_positions =
+      positive(config, "max_position_embeddings", {}, family.default_positions);
+  if (!config.has("head_dim") && c % heads != 0)
+    fail(config, "num_attention_heads",
+         std::to_string(heads) + " heads do not divide hidden_size " + std::to_string(c));
+  const std::int32_t head_dim = positive(config, "head_dim", {}, c / heads);
+  if (heads % kv_heads != 0)
+    fail(config, "num_key_value_heads",
+         std::to_string(kv_heads) + " kv heads do not divide " + std::to_string(heads) +
+             " attention heads");
+  if (head_dim % 2 != 0) fail(config, "head_dim", "RoPE needs an even head_dim");
+  const auto eps = static_cast<float>(config.get_number("rms_norm_eps", 1e-6));
+  const double theta = config.get_number("rope_theta", 10000.0);
+  if (!(theta > 0.0)) fail(config, "rope_theta", "must be positive");
+  check_rope_scaling(config);
+  if (activation(config, "hidden_act", "silu") != Activation::silu)
+    fail(config, "hidden_act",
+         "the Llama MLP is implemented for silu only, got '" +
+             config.get_string("hidden_act", "silu") + "'");
+
+  // LlamaForCausalLM checkpoints prefix the body with "model."; LlamaModel's do not.
+  const std::string prefix = weights.contains("model.embed_tokens.weight") ? "model." : "";
+  const std::int64_t q = std::int64_t{heads} * head_dim, kv = std::int64_t{kv_heads} * head_dim;
+  TransformerSpec s{.architecture = family.architecture,
+                    .positions_key = "max_position_embeddings",
+                    .vocab_size = vocab};
+  s.decoder.hidden = c;
+  s.decoder.embeddings.tokens = {prefix + "embed_tokens.weight", {vocab, c}};
+  s.decoder.embeddings.positions = {
+      .kind = PositionKind::rotary, .max_positions = max_positions, .rope_theta = theta};
+  for (std::int32_t l = 0; l < layers; ++l) {
+    const std::string p = prefix + "layers." + std::to_string(l) + ".";
+    BlockSpec& b = s.decoder.blocks.emplace_back();
+    b.attention_norm = norm(NormKind::rms_norm, p + "input_layernorm", c, eps);
+    b.attention = {.heads = heads,
+                   .kv_heads = kv_heads,
+                   .head_dim = head_dim,
+                   .scale = 1.0f / std::sqrt(static_cast<float>(head_dim)),
+                   .projections = {linear(p + "self_attn.q_proj", q, c, family.qkv_bias),
+                                   linear(p + "self_attn.k_proj", kv, c, family.qkv_bias),
+                                   linear(p + "self_attn.v_proj", kv, c, family.qkv_bias)},
+                   .output = linear(p + "self_attn.o_proj", c, q, family.o_bias),
+                   .rotary = true,
+                   .window = family.windows.empty() ? 0 : family.windows[l]};
+    b.mlp_norm = norm(NormKind::rms_norm, p + "post_attention_layernorm", c, eps);
+    b.mlp = {.kind = MlpKind::gated,
+             .activation = Activation::silu,
+             .in = {linear(p + "mlp.gate_proj", inner, c, family.mlp_bias),
+                    linear(p + "mlp.up_proj", inner, c, family.mlp_bias)},
+             .out = linear(p + "mlp.down_proj", c, inner, family.mlp_bias)};
+  }
+  s.decoder.final_norm = norm(NormKind::rms_norm, prefix + "norm", c, eps);
+  s.head.output = lm_head(config, weights, s.decoder.embeddings.tokens,
+                          config.get_bool("tie_word_embeddings", false));
+  return s;
+}
+
+// The window of every layer: `sliding_window` (when not null) for layers whose layer_types
+// entry is "sliding_attention", or, without layer_types, layers >= first_windowed.
+inline std::vector<std::int32_t> sliding_windows(const JsonConfig& config, std::int32_t layers,
+                                                 std::int32_t first_windowed) {
+  if (!config.has("sliding_window")) return {};
+  const std::int32_t window = positive(config, "sliding_window");
+  std::vector<std::int32_t> out(layers, 0);
+  const nlohmann::json& doc = config.json();
+  const auto types = doc.find("layer_types");
+  if (types != doc.end() && !types->is_null()) {
+    if (!types->is_array() || types->size() != static_cast<std::size_t>(layers))
+      fail(config, "layer_types", "expected one entry per layer");
+    for (std::int32_t l = 0; l < layers; ++l)
+      out[l] = (*types)[l] == "sliding_attention" ? window : 0;
+    return out;
+  }
+  for (std::int32_t l = first_windowed; l < layers; ++l) out[l] = window;
+  return out;
+}
+
+// The model of a Llama-family folder.
+inline Plugin* build_llama_family(const HfFolder& folder, const LlamaFamily& family,
+                                  const Params& params) {
+  return build_model(llama_family_spec(folder.config, folder.weights, family), folder,
+                     hf_tokens(folder.dir, folder.config), params);
+}
+
+}  // namespace masque::models

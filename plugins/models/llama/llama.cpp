@@ -1,0 +1,41 @@
+// Model plugin `llama`: Hugging Face Llama folders (LlamaForCausalLM), and Mistral's
+// (model_type mistral: Llama with a sliding attention window). A config reader over the
+// Transformer tier (common/llama_family.hpp).
+#include "llama_family.hpp"
+
+namespace {
+
+masque::Plugin* create(const masque::Params& params) {
+  using namespace masque::models;
+  const HfFolder folder(params);
+  const std::string type = folder.config.get_string("model_type", "llama");
+  if (type != "llama" && type != "mistral")
+    fail(folder.config, "model_type", "expected 'llama' or 'mistral', got '" + type + "'");
+  const bool attention_bias = folder.config.get_bool("attention_bias", false);
+  const bool mlp_bias = folder.config.get_bool("mlp_bias", false);
+  // Mistral's sliding_window (null: none) holds in every layer.
+  const LlamaFamily family{
+      .architecture = "llama",
+      .default_positions = 2048,
+      .qkv_bias = attention_bias,
+      .o_bias = attention_bias,
+      .mlp_bias = mlp_bias,
+      .windows = sliding_windows(folder.config, positive(folder.config, "num_hidden_layers"), 0)};
+  return build_llama_family(folder, family, params);
+}
+
+const masque::ParamSpec kParams[] = {
+    masque::models::path_param(
+        "model folder: config.json and model.safetensors (or model.safetensors.index.json and its "
+        "shards); generation_config.json, when present, overrides bos/eos/pad; of an id list "
+        "(eos_token_id) the first id is the model's. A sliding_window in config.json (Mistral) "
+        "makes every layer's attention windowed: key j is visible to query i only when rank(i) - "
+        "rank(j) < sliding_window, under any mask"),
+    masque::models::kMatmulDtypeParam,
+};
+
+}  // namespace
+
+MASQUE_MODEL_PLUGIN("llama", "1.1.0",
+                    "Llama / Mistral causal language model (Hugging Face LlamaForCausalLM folder)",
+                    kParams, create)
