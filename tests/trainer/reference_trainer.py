@@ -22,7 +22,7 @@ Usage:
     reference_trainer.py --check-forward      # the models against ../shared's references
 
 PLAN.json:
-    {"model": "FOLDER", "objective": "causal-lm" | "seq2seq" | "plm",
+    {"model": "FOLDER", "objective": "causal-lm" | "seq2seq" | "plm" | "given",
      "mask": "causal" | "seq2seq" | "bidirectional",          (seq2seq: which mask teaches)
      "examples": [{"ids": [...]} | {"source": [...], "target": [...]} (+ "order": [...])],
      "batch_size": 4, "accumulation": 1, "steps": 200, "dtype": "float32" | "float64",
@@ -32,6 +32,8 @@ PLAN.json:
      "plm_predict": K (the last K positions of the order are predicted),
      "special": {"cls": 101, "sep": 102, "mask": 103}}
 Examples are token ids; batches are examples kN .. kN+N-1 in order, cycling over epochs.
+Objective "given": each example is a micro-batch laid out by the caller (see given_layout), for
+layouts with randomness of their own (mlm's corruption).
 """
 
 import argparse
@@ -408,9 +410,23 @@ def lay_out(plan, examples):
     return (pad_to(ids, 0), pad_to(pos, 0), pad_to(types, 0), mask), flat
 
 
+def given_layout(batch):
+    """A micro-batch laid out by the caller: {"ids", "positions", "types", "rank", "role"} as
+    [B][T] lists, "rows" (flat b * T + t) and "labels"."""
+    t = lambda key: torch.tensor(batch[key])  # noqa: E731
+    return (t("ids"), t("positions"), t("types"), allowed(t("rank"), t("role"))), list(
+        zip(batch["rows"], batch["labels"]))
+
+
 def batch_loss_sum(model, plan, examples, smoothing):
     """Sum of the token losses of one micro-batch, and their count."""
-    if isinstance(model, EncDec):
+    if plan["objective"] == "given":  # each example is a whole micro-batch
+        assert len(examples) == 1, "objective given: batch_size must be 1"
+        inputs, flat = given_layout(examples[0])
+        logits = model(*inputs)
+        logits = logits.reshape(-1, logits.shape[-1])[torch.tensor([r for r, _ in flat])]
+        gold = torch.tensor([y for _, y in flat])
+    elif isinstance(model, EncDec):
         start, eos = model.c.decoder_start, model.c.eos
         src = pad_to([e["source"] for e in examples], 0)
         src_valid = pad_to([[1] * len(e["source"]) for e in examples], 0).bool()

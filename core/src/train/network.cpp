@@ -109,7 +109,9 @@ Entry* find(ParameterSet& params, const TensorSpec& t) {
 }
 
 // dst += src, element by element (residual branches and gradients that meet).
-void accumulate(Tensor& dst, const Tensor& src) { add(dst, src); }
+void accumulate(Tensor& dst, const Tensor& src) {
+  add(dst, src);
+}
 
 void copy(const Tensor& src, Tensor& dst) {
   dst.resize(src.shape());
@@ -393,9 +395,9 @@ class TMlp {
 
 // x_out = x + f(norm(x)) (pre-norm) or norm(x + f(x)) (post-norm).
 struct ResidualTape {
-  Tensor in;  // x
-  Tensor h;   // f's input: norm(x) (pre-norm); post-norm reads `in`
-  Tensor sum; // post-norm: x + f(x)
+  Tensor in;   // x
+  Tensor h;    // f's input: norm(x) (pre-norm); post-norm reads `in`
+  Tensor sum;  // post-norm: x + f(x)
   const Tensor& f_input(bool pre) const { return pre ? h : in; }
 };
 
@@ -477,9 +479,9 @@ class TBlock {
   }
 
   void backward(Tensor& dx, const Context& c, BlockTape& t) const {
-    residual_backward(pre_, mlp_norm_, dx, t.mlp_r, [&](const Tensor& h, const Tensor& dy, Tensor& dh) {
-      mlp_.backward(h, t.mlp, dy, dh);
-    });
+    residual_backward(
+        pre_, mlp_norm_, dx, t.mlp_r,
+        [&](const Tensor& h, const Tensor& dy, Tensor& dh) { mlp_.backward(h, t.mlp, dy, dh); });
     if (has_cross_)
       residual_backward(pre_, cross_norm_, dx, t.cross_r,
                         [&](const Tensor& h, const Tensor& dy, Tensor& dh) {
@@ -503,8 +505,8 @@ struct StackTape {
   std::vector<std::int32_t> ids, positions, token_types, table_rows;
   Tensor embedded;  // before the embedding norm
   std::vector<BlockTape> blocks;
-  Tensor last;   // after the last block, before the final norm
-  Tensor output; // the stack's output (after the final norm)
+  Tensor last;    // after the last block, before the final norm
+  Tensor output;  // the stack's output (after the final norm)
 };
 
 class TStack {
@@ -571,7 +573,8 @@ class TStack {
     t.token_types = batch.token_types;
     if (t.token_types.empty()) t.token_types.assign(n, 0);
     for (std::size_t i = 0; i < n; ++i)
-      if (batch.attention.role[i] == TokenRole::pad) t.ids[i] = t.positions[i] = t.token_types[i] = 0;
+      if (batch.attention.role[i] == TokenRole::pad)
+        t.ids[i] = t.positions[i] = t.token_types[i] = 0;
   }
 
   void embed(StackTape& t) const {
@@ -685,7 +688,8 @@ class THead {
 
 }  // namespace
 
-// ---- TrainableTransformer ------------------------------------------------------------------------
+// ---- TrainableTransformer
+// ------------------------------------------------------------------------
 
 struct Tape {
   StackTape encoder, decoder;
@@ -710,7 +714,13 @@ TrainableTransformer::TrainableTransformer(TransformerSpec spec, ParameterSet& p
 
 TrainableTransformer::~TrainableTransformer() = default;
 
-std::unique_ptr<Tape> TrainableTransformer::make_tape() const { return std::make_unique<Tape>(); }
+void TapeDeleter::operator()(Tape* tape) const {
+  delete tape;
+}
+
+TapePtr TrainableTransformer::make_tape() const {
+  return TapePtr(new Tape());
+}
 
 void TrainableTransformer::forward(const Batch& inputs, const Batch* source,
                                    std::span<const std::int32_t> rows, Tape& tape,
@@ -738,8 +748,8 @@ void TrainableTransformer::backward(Tape& tape, const Tensor& dlogits) const {
     return;
   }
   Tensor dmemory = Tensor::zeros(tape.encoder.output.shape());
-  impl_->decoder.backward(*tape.inputs, &tape.encoder.output, &tape.source->attention,
-                          tape.decoder, dhidden, &dmemory);
+  impl_->decoder.backward(*tape.inputs, &tape.encoder.output, &tape.source->attention, tape.decoder,
+                          dhidden, &dmemory);
   impl_->encoder.backward(*tape.source, nullptr, nullptr, tape.encoder, dmemory, nullptr);
 }
 

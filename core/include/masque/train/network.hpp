@@ -71,6 +71,10 @@ class BOOST_SYMBOL_VISIBLE ParameterSet {
 
 // What a forward keeps for its backward; opaque, reused from step to step.
 struct Tape;
+struct BOOST_SYMBOL_VISIBLE TapeDeleter {
+  void operator()(Tape* tape) const;
+};
+using TapePtr = std::unique_ptr<Tape, TapeDeleter>;
 
 class BOOST_SYMBOL_VISIBLE TrainableTransformer {
  public:
@@ -81,7 +85,7 @@ class BOOST_SYMBOL_VISIBLE TrainableTransformer {
   TrainableTransformer& operator=(const TrainableTransformer&) = delete;
 
   const transformer::TransformerSpec& spec() const { return spec_; }
-  std::unique_ptr<Tape> make_tape() const;
+  TapePtr make_tape() const;
 
   // Logits [rows.size(), vocab] of flat rows `rows` of `inputs` (b * length + t). `source` is
   // an encoder-decoder's encoder input (null otherwise); `inputs` is then the decoder's.
