@@ -17,7 +17,7 @@ void write_state(const fs::path& dir, std::int64_t step) {
 
 }  // namespace
 
-TEST_CASE("checkpoints: the last K and the best are kept; last and best point to them") {
+TEST_CASE("checkpoints: the last K and the best are kept, and last and best point to them") {
   const fs::path root = test::scratch_dir("ckpt_keep");
   CheckpointStore store(root, 2);
   for (std::int64_t step : {100, 200, 300}) {

@@ -94,7 +94,7 @@ TEST_CASE("epoch order: file order without shuffling, a seeded permutation with 
   CHECK(masque::SplitMix64(0).next() == 0xE220A8397B1DCDAFull);
 }
 
-TEST_CASE("batches: batch k is examples kN..kN+N-1; a token budget packs by padded size") {
+TEST_CASE("batches: batch k is examples kN..kN+N-1, and a token budget packs by padded size") {
   std::vector<Example> examples(10);
   for (std::size_t i = 0; i < examples.size(); ++i) examples[i].ids.assign(i + 1, 1);
   const auto order = epoch_order(10, 0, 0, false);

@@ -7,7 +7,7 @@ using namespace masque;
 using namespace masque::train;
 namespace fs = std::filesystem;
 
-TEST_CASE("metrics: one JSON object per line; a resume drops the lines after its checkpoint") {
+TEST_CASE("metrics: one JSON object per line, and a resume drops the lines after its checkpoint") {
   const fs::path file = test::scratch_dir("metrics_resume") / "metrics.jsonl";
   {
     MetricsLog log(file);
