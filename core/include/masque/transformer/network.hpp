@@ -68,8 +68,22 @@ class Norm {
   float eps_ = 1e-5f;
 };
 
-// Rotary or sinusoidal tables sized by the positions actually run (positions.cpp).
-class Sinusoids;
+// Sinusoidal position encodings (PositionKind::sinusoidal), tabulated for the first positions
+// and computed on the fly past them (the same floats): memory does not grow with what a config
+// claims. Shared by the inference embeddings and the trainer's.
+class BOOST_SYMBOL_VISIBLE Sinusoids {
+ public:
+  Sinusoids(const PositionSpec& spec, std::int32_t dim);
+  // x[r] += encoding of positions[r].
+  void add_to(std::span<const std::int32_t> positions, Tensor& x) const;
+
+ private:
+  void encode(std::int32_t position, float* row) const;
+  PositionSpec spec_;
+  std::int32_t dim_;
+  std::vector<float> w_;
+  std::vector<float> table_;
+};
 
 class Attention {
  public:

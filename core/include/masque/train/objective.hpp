@@ -1,0 +1,109 @@
+// What a network learns from a record: the objective lays examples out as the model's inputs
+// under the pipeline's mask strategy and names the rows whose outputs are predicted and the
+// token each predicts. The mask decides the task (DESIGN.md); the objective only decides which
+// outputs carry a loss:
+//
+//   causal-lm  (causal mask)      text -> tokens; each position after the first is predicted
+//                                 from the one before it.
+//   mlm        (bidirectional)    text -> tokens; BERT's corruption: each non-special token is
+//                                 chosen with probability mlm_probability, a chosen token is fed
+//                                 as [MASK] (80 %), a random token (10 %) or itself (10 %) and
+//                                 predicted at its own position; seeded per record and epoch.
+//   seq2seq    (seq2seq = UniLM,  source + target -> `source tokens [SEP] target [SEP]` where the
+//               or causal)        source tokens are what the tokenizer gives with its specials
+//                                 (`[CLS] source [SEP]` for BERT); segment 0, then segment 1 from
+//                                 the first target token; the output at p predicts the token at
+//                                 p + 1 for every p from the source's last token, so the loss is
+//                                 on the target tokens and the final [SEP] only (bert4keras).
+//               (encoder-decoder) the source is encoded (bidirectional); the decoder reads the
+//                                 decoder start token and the target, and predicts the target
+//                                 and the end token (teacher forcing).
+//   plm        (permutation,      text -> tokens and a factorization order (the record's `order`,
+//               stream: query)    or the strategy's); only the queries of the last K positions of
+//                                 the order are kept, and each predicts its position's token
+//                                 (XLNet's partial prediction).
+//
+// Every layout is the one the matching `masque run` task feeds at inference, so a trained
+// model runs unchanged.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <boost/config.hpp>
+
+#include "masque/mask.hpp"
+#include "masque/model.hpp"
+#include "masque/tokenizer.hpp"
+#include "masque/train/dataset.hpp"
+
+namespace masque {
+struct Record;
+}
+
+namespace masque::train {
+
+enum class ObjectiveKind : std::uint8_t { causal_lm, mlm, seq2seq, plm };
+
+BOOST_SYMBOL_VISIBLE ObjectiveKind parse_objective(const std::string& name);  // ConfigError
+BOOST_SYMBOL_VISIBLE const char* to_string(ObjectiveKind kind);
+
+struct ObjectiveOptions {
+  ObjectiveKind kind = ObjectiveKind::causal_lm;
+  std::string source_field = "source", target_field = "target", order_field = "order";
+  double mlm_probability = 0.15;
+  std::int32_t plm_predict = 0;   // K; 0: use plm_fraction
+  double plm_fraction = 1.0 / 6;  // K = max(1, round(fraction x length)) (XLNet: 1/6)
+  std::uint64_t seed = 0;         // mlm corruption
+  std::int32_t max_tokens = 0;    // longer records are skipped (0: the model's positions)
+};
+
+// The mask strategies an objective lays batches out under (plugins, as everywhere in masque):
+// `inputs` for the model's input (the decoder's, causal, for an encoder-decoder), `source` for
+// an encoder-decoder's encoder (bidirectional).
+struct ObjectiveMasks {
+  const MaskStrategy* inputs = nullptr;
+  const MaskStrategy* source = nullptr;
+};
+
+// One micro-batch as the network sees it, and what it must predict.
+struct TrainingBatch {
+  Batch inputs;  // decoder-only and encoder-only models; an encoder-decoder's decoder input
+  Batch source;  // an encoder-decoder's encoder input (batch 0 otherwise)
+  std::vector<std::int32_t> rows;  // flat rows of `inputs` (b * length + t) that are predicted
+  std::vector<TokenId> labels;     // the token each of those rows predicts
+};
+
+class BOOST_SYMBOL_VISIBLE Objective {
+ public:
+  // `target` is the target-side tokenizer of an encoder-decoder (null: `source` for both).
+  // ConfigError when the pieces do not fit (no [SEP] for seq2seq on one model, no [MASK] for
+  // mlm/plm, a plm mask without the query stream, ...).
+  Objective(ObjectiveOptions options, const Tokenizer& source, const Tokenizer* target,
+            ObjectiveMasks masks, const ModelInfo& model);
+
+  const ObjectiveOptions& options() const { return options_; }
+  // A record as tokens; RecordError for a record that cannot be trained on.
+  Example prepare(const Record& record) const;
+  // The inputs and labels of a micro-batch (epoch seeds mlm's corruption).
+  TrainingBatch lay_out(std::span<const Example* const> examples, std::int64_t epoch) const;
+
+ private:
+  std::vector<TokenId> tokens_of(const Record& record, const std::string& field,
+                                 const Tokenizer& tokenizer, bool add_special) const;
+  void check_length(std::size_t tokens) const;
+  TrainingBatch lay_out_encoder_decoder(std::span<const Example* const> examples) const;
+  void corrupt(Batch& batch, std::span<const Example* const> examples, std::int64_t epoch,
+               TrainingBatch& out) const;
+
+  ObjectiveOptions options_;
+  const Tokenizer& source_;
+  const Tokenizer& target_;
+  ObjectiveMasks masks_;
+  ModelInfo model_;
+  TokenId sep_ = -1, mask_token_ = -1, pad_ = 0, decoder_start_ = -1, eos_ = -1;
+};
+
+}  // namespace masque::train

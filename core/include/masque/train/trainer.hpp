@@ -1,0 +1,95 @@
+// The training loop: optimizer steps over micro-batches of an objective's examples
+// (docs/training.md, "The loss of a step").
+//
+// Step s (0-based) reads the next `accumulation` micro-batches of the data (epochs follow one
+// another; each epoch's order and batches as dataset.hpp cuts them), sums every predicted
+// token's loss over them and divides by their count, clips the gradient's global norm, and
+// applies AdamW at the schedule's lr(s). Everything that decides the next step — the step, the
+// data cursor, the optimizer's moments, the parameters — is in TrainerState, which a
+// checkpoint saves and a resume restores, so an interrupted run continues exactly.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <vector>
+
+#include <boost/config.hpp>
+#include <nlohmann/json.hpp>
+
+#include "masque/train/dataset.hpp"
+#include "masque/train/loss.hpp"
+#include "masque/train/network.hpp"
+#include "masque/train/objective.hpp"
+#include "masque/train/optimizer.hpp"
+#include "masque/train/schedule.hpp"
+
+namespace masque::train {
+
+struct TrainerOptions {
+  std::size_t batch_size = 32;    // examples per micro-batch (a cap when max_tokens is set)
+  std::int64_t max_tokens = 0;    // > 0: micro-batches by padded tokens
+  std::int32_t accumulation = 1;  // micro-batches per optimizer step
+  bool shuffle = true;
+  std::uint64_t seed = 0;  // shuffling (and the objective's corruption)
+  AdamWOptions adamw{};
+  Schedule schedule{};         // its total_steps is the run's
+  double max_grad_norm = 1.0;  // <= 0: no clipping
+  double label_smoothing = 0.0;
+};
+
+struct StepResult {
+  std::int64_t step = 0;  // 1-based: the number of optimizer steps done
+  double loss = 0, lr = 0, grad_norm = 0;
+  std::int64_t tokens = 0;  // predicted tokens of the step
+  std::int64_t epoch = 0;   // the epoch of its last micro-batch
+};
+
+struct EvalResult {
+  double loss = 0;  // mean token loss
+  std::int64_t tokens = 0;
+};
+
+class BOOST_SYMBOL_VISIBLE Trainer {
+ public:
+  // `network` and `params` (one spec) and `objective` must outlive the trainer.
+  Trainer(const TrainableTransformer& network, ParameterSet& params, const Objective& objective,
+          std::vector<Example> examples, TrainerOptions options);
+
+  StepResult step();
+  // Mean token loss over `examples` in file order (no corruption randomness beyond the
+  // objective's seeded one; no update).
+  EvalResult evaluate(const std::vector<Example>& examples, std::size_t batch_size) const;
+
+  std::int64_t steps_done() const { return step_; }
+  std::int64_t epoch() const { return epoch_; }
+  const AdamW& optimizer() const { return adamw_; }
+  std::size_t examples() const { return examples_.size(); }
+
+  // Checkpoint state: the step and data cursor as JSON fields, the optimizer's moments as a
+  // blob; restore() checks it fits (sizes, number of examples) and says what does not.
+  nlohmann::json state() const;
+  void save_optimizer(const std::filesystem::path& file) const;
+  void restore(const nlohmann::json& state, const std::filesystem::path& optimizer_file);
+
+ private:
+  // The next micro-batch of the data (the cursor moves on; a new epoch starts as needed).
+  std::vector<const Example*> next_micro_batch(std::int64_t& epoch);
+  void cut_epoch();
+
+  const TrainableTransformer& network_;
+  ParameterSet& params_;
+  const Objective& objective_;
+  std::vector<Example> examples_;
+  TrainerOptions options_;
+  AdamW adamw_;
+  TapePtr tape_;
+  std::int64_t step_ = 0;
+  // The data cursor: batch `batch_` of epoch `epoch_` is next.
+  std::int64_t epoch_ = 0;
+  std::size_t batch_ = 0;
+  std::vector<std::uint32_t> order_;  // of epoch_
+  std::vector<BatchSpan> batches_;
+};
+
+}  // namespace masque::train

@@ -1,0 +1,293 @@
+#include "masque/train/objective.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "io/records.hpp"
+#include "masque/error.hpp"
+#include "masque/random.hpp"
+#include "tasks/common.hpp"
+
+namespace masque::train {
+
+ObjectiveKind parse_objective(const std::string& name) {
+  if (name == "causal-lm") return ObjectiveKind::causal_lm;
+  if (name == "mlm") return ObjectiveKind::mlm;
+  if (name == "seq2seq") return ObjectiveKind::seq2seq;
+  if (name == "plm") return ObjectiveKind::plm;
+  throw ConfigError("objective: expected causal-lm, mlm, seq2seq or plm, got '" + name + "'");
+}
+
+const char* to_string(ObjectiveKind kind) {
+  switch (kind) {
+    case ObjectiveKind::causal_lm:
+      return "causal-lm";
+    case ObjectiveKind::mlm:
+      return "mlm";
+    case ObjectiveKind::seq2seq:
+      return "seq2seq";
+    case ObjectiveKind::plm:
+      return "plm";
+  }
+  return "?";
+}
+
+namespace {
+
+bool encoder_decoder(const ModelInfo& info) {
+  return info.kind == ModelKind::encoder_decoder;
+}
+
+// The number of positions of an n-token order that are predicted.
+std::size_t predicted_count(const ObjectiveOptions& o, std::size_t n) {
+  if (o.plm_predict > 0) return std::min<std::size_t>(n, static_cast<std::size_t>(o.plm_predict));
+  const auto k = static_cast<std::size_t>(std::lround(o.plm_fraction * static_cast<double>(n)));
+  return std::clamp<std::size_t>(k, 1, n);
+}
+
+// What a strategy needs to know of a sequence with no segments and no order of its own.
+MaskRequest request(std::size_t length, std::uint64_t record) {
+  MaskRequest r;
+  r.length = static_cast<std::int32_t>(length);
+  r.record_id = record;
+  return r;
+}
+
+}  // namespace
+
+Objective::Objective(ObjectiveOptions options, const Tokenizer& source, const Tokenizer* target,
+                     ObjectiveMasks masks, const ModelInfo& model)
+    : options_(std::move(options)),
+      source_(source),
+      target_(target ? *target : source),
+      masks_(masks),
+      model_(model) {
+  const SpecialTokens& special = source_.special_tokens();
+  sep_ = special.sep;
+  mask_token_ = special.mask;
+  pad_ = std::max<TokenId>(model.pad, 0);
+  decoder_start_ = model.decoder_start >= 0 ? model.decoder_start : model.bos;
+  eos_ = model.eos >= 0 ? model.eos : target_.special_tokens().eos;
+  const char* name = to_string(options_.kind);
+  if (encoder_decoder(model_)) {
+    if (options_.kind != ObjectiveKind::seq2seq)
+      throw ConfigError(std::string("objective ") + name +
+                        ": an encoder-decoder model trains with objective seq2seq");
+    if (!masks_.inputs || !masks_.source)
+      throw ConfigError(
+          "objective seq2seq: an encoder-decoder needs a source (bidirectional) and "
+          "a target (causal) mask strategy");
+    if (decoder_start_ < 0 || eos_ < 0)
+      throw ConfigError(
+          "objective seq2seq: the encoder-decoder has no decoder start or end token "
+          "(decoder_start_token_id / eos_token_id in config.json)");
+    return;
+  }
+  if (!masks_.inputs)
+    throw ConfigError(std::string("objective ") + name + " needs a mask strategy");
+  if (options_.kind == ObjectiveKind::seq2seq && sep_ < 0)
+    throw ConfigError(
+        "objective seq2seq on one model needs a [SEP] token in the tokenizer (it "
+        "ends the target, as at inference)");
+  if ((options_.kind == ObjectiveKind::mlm || options_.kind == ObjectiveKind::plm) &&
+      mask_token_ < 0)
+    throw ConfigError(std::string("objective ") + name + " needs a [MASK] token in the tokenizer");
+  if (options_.kind == ObjectiveKind::mlm &&
+      !(options_.mlm_probability > 0 && options_.mlm_probability <= 1))
+    throw ConfigError("objective mlm: mlm_probability must be in (0, 1]");
+  if (options_.kind == ObjectiveKind::plm && options_.plm_predict <= 0 &&
+      !(options_.plm_fraction > 0 && options_.plm_fraction <= 1))
+    throw ConfigError("objective plm: plm_fraction must be in (0, 1] (or set plm_predict)");
+}
+
+std::vector<TokenId> Objective::tokens_of(const Record& record, const std::string& field,
+                                          const Tokenizer& tokenizer, bool add_special) const {
+  if (field == "text" && record.ids) return *record.ids;
+  if (field == "text" && !record.fields.contains("text"))
+    return tokenizer.encode(record.text, add_special).ids;
+  const auto it = record.fields.find(field);
+  if (it == record.fields.end()) throw RecordError("no '" + field + "' field");
+  if (!it->is_string()) throw RecordError("field '" + field + "' must be a string");
+  const std::string& text = it->get_ref<const std::string&>();
+  if (!is_valid_utf8(text))
+    throw RecordError("invalid UTF-8 at byte " + std::to_string(first_invalid_utf8(text)) +
+                      " of field '" + field + "'");
+  return tokenizer.encode(text, add_special).ids;
+}
+
+void Objective::check_length(std::size_t tokens) const {
+  std::size_t limit = options_.max_tokens > 0 ? static_cast<std::size_t>(options_.max_tokens) : 0;
+  if (model_.max_positions > 0 &&
+      (limit == 0 || limit > static_cast<std::size_t>(model_.max_positions)))
+    limit = static_cast<std::size_t>(model_.max_positions);
+  if (limit > 0 && tokens > limit)
+    throw RecordError("too long: " + std::to_string(tokens) + " tokens, more than " +
+                      std::to_string(limit));
+}
+
+Example Objective::prepare(const Record& record) const {
+  Example e;
+  switch (options_.kind) {
+    case ObjectiveKind::causal_lm:
+    case ObjectiveKind::mlm:
+    case ObjectiveKind::plm: {
+      e.ids = tokens_of(record, "text", source_, true);
+      const std::size_t minimum = options_.kind == ObjectiveKind::causal_lm ? 2 : 1;
+      if (e.ids.size() < minimum) throw RecordError("empty text: nothing to predict");
+      check_length(e.ids.size() + (options_.kind == ObjectiveKind::plm
+                                       ? predicted_count(options_, e.ids.size())
+                                       : 0));
+      const auto it = record.fields.find(options_.order_field);
+      if (options_.kind == ObjectiveKind::plm && it != record.fields.end()) {
+        if (!it->is_array()) throw RecordError("'" + options_.order_field + "' must be an array");
+        for (const auto& v : *it) {
+          if (!v.is_number_integer()) throw RecordError("'order' must be an array of integers");
+          e.order.push_back(v.get<std::int32_t>());
+        }
+      }
+      return e;
+    }
+    case ObjectiveKind::seq2seq: {
+      const bool encdec = encoder_decoder(model_);
+      e.ids = tokens_of(record, options_.source_field, source_, true);
+      std::vector<TokenId> target = tokens_of(record, options_.target_field, target_, false);
+      if (target.empty()) throw RecordError("empty target");
+      if (encdec) {
+        if (e.ids.empty()) throw RecordError("empty source");
+        e.target = std::move(target);
+        check_length(std::max(e.ids.size(), e.target.size() + 1));
+        return e;
+      }
+      e.segments.assign(e.ids.size(), 0);
+      for (TokenId t : target) e.ids.push_back(t);
+      e.ids.push_back(sep_);
+      e.segments.resize(e.ids.size(), 1);
+      check_length(e.ids.size());
+      return e;
+    }
+  }
+  return e;
+}
+
+TrainingBatch Objective::lay_out(std::span<const Example* const> examples,
+                                 std::int64_t epoch) const {
+  if (encoder_decoder(model_)) return lay_out_encoder_decoder(examples);
+  std::vector<SequenceSpec> specs(examples.size());
+  std::vector<SequenceMask> masks(examples.size());
+  for (std::size_t r = 0; r < examples.size(); ++r) {
+    const Example& e = *examples[r];
+    specs[r].ids = e.ids;
+    specs[r].segments = e.segments;
+    specs[r].token_types = e.segments;  // BERT's token types are the segments (0 when none)
+    specs[r].order = e.order;
+    MaskRequest request{.length = static_cast<std::int32_t>(e.ids.size()),
+                        .segments = e.segments,
+                        .order = e.order,
+                        .record_id = e.line};
+    masks[r] = masks_.inputs->build(request);
+    if (options_.kind == ObjectiveKind::plm) {
+      SequenceMask& m = masks[r];
+      if (m.query_positions.size() != e.ids.size())
+        throw ConfigError(
+            "objective plm needs the permutation mask with its query stream "
+            "(mask: {plugin: permutation, stream: query})");
+      // Keep the queries of the last K steps of the order: they are the only ones predicted,
+      // and no other token sees a query, so dropping the rest changes nothing else.
+      const std::size_t n = e.ids.size(), drop = n - predicted_count(options_, n);
+      m.rank.erase(m.rank.begin() + static_cast<std::ptrdiff_t>(n),
+                   m.rank.begin() + static_cast<std::ptrdiff_t>(n + drop));
+      m.role.erase(m.role.begin() + static_cast<std::ptrdiff_t>(n),
+                   m.role.begin() + static_cast<std::ptrdiff_t>(n + drop));
+      m.query_positions.erase(m.query_positions.begin(),
+                              m.query_positions.begin() + static_cast<std::ptrdiff_t>(drop));
+    }
+  }
+  BuiltBatch built = assemble_batch(specs, std::move(masks), pad_, mask_token_);
+  TrainingBatch out;
+  out.inputs = std::move(built.batch);
+  const std::int32_t length = out.inputs.length;
+  for (std::size_t r = 0; r < examples.size(); ++r) {
+    const Example& e = *examples[r];
+    const auto base = static_cast<std::int32_t>(r) * length;
+    const auto n = static_cast<std::int32_t>(e.ids.size());
+    switch (options_.kind) {
+      case ObjectiveKind::causal_lm:
+        for (std::int32_t p = 0; p + 1 < n; ++p) {
+          out.rows.push_back(base + p);
+          out.labels.push_back(e.ids[p + 1]);
+        }
+        break;
+      case ObjectiveKind::seq2seq: {
+        const auto first = static_cast<std::int32_t>(
+            std::find(e.segments.begin(), e.segments.end(), 1) - e.segments.begin());
+        for (std::int32_t p = first - 1; p + 1 < n; ++p) {
+          out.rows.push_back(base + p);
+          out.labels.push_back(e.ids[p + 1]);
+        }
+        break;
+      }
+      case ObjectiveKind::plm: {
+        const SequenceMask& m = built.masks[r];
+        for (std::size_t q = 0; q < m.query_positions.size(); ++q) {
+          out.rows.push_back(base + n + static_cast<std::int32_t>(q));
+          out.labels.push_back(e.ids[m.query_positions[q]]);
+        }
+        break;
+      }
+      case ObjectiveKind::mlm:
+        break;  // corrupt() chooses
+    }
+  }
+  if (options_.kind == ObjectiveKind::mlm) corrupt(out.inputs, examples, epoch, out);
+  return out;
+}
+
+void Objective::corrupt(Batch& batch, std::span<const Example* const> examples, std::int64_t epoch,
+                        TrainingBatch& out) const {
+  const std::int32_t vocab = model_.vocab_size;
+  for (std::size_t r = 0; r < examples.size(); ++r) {
+    const Example& e = *examples[r];
+    // One stream per (seed, epoch, record): the same corruption whatever the batch or thread.
+    SplitMix64 rng(mix_seed(options_.seed, static_cast<std::uint64_t>(epoch), e.line));
+    const auto base = r * static_cast<std::size_t>(batch.length);
+    for (std::size_t t = 0; t < e.ids.size(); ++t) {
+      const double chosen = rng.uniform(), how = rng.uniform();
+      const std::uint64_t random_token = rng.next();
+      if (source_.is_special(e.ids[t]) || chosen >= options_.mlm_probability) continue;
+      out.rows.push_back(static_cast<std::int32_t>(base + t));
+      out.labels.push_back(e.ids[t]);
+      if (how < 0.8)
+        batch.ids[base + t] = mask_token_;
+      else if (how < 0.9)
+        batch.ids[base + t] =
+            static_cast<TokenId>(random_token % static_cast<std::uint64_t>(vocab));
+    }
+  }
+}
+
+TrainingBatch Objective::lay_out_encoder_decoder(std::span<const Example* const> examples) const {
+  std::vector<SequenceSpec> sources(examples.size()), targets(examples.size());
+  std::vector<SequenceMask> source_masks(examples.size()), target_masks(examples.size());
+  for (std::size_t r = 0; r < examples.size(); ++r) {
+    const Example& e = *examples[r];
+    sources[r].ids = e.ids;
+    source_masks[r] = masks_.source->build(request(e.ids.size(), e.line));
+    targets[r].ids.push_back(decoder_start_);
+    targets[r].ids.insert(targets[r].ids.end(), e.target.begin(), e.target.end());
+    target_masks[r] = masks_.inputs->build(request(targets[r].ids.size(), e.line));
+  }
+  TrainingBatch out;
+  out.source = assemble_batch(sources, std::move(source_masks), pad_, -1).batch;
+  out.inputs = assemble_batch(targets, std::move(target_masks), pad_, -1).batch;
+  for (std::size_t r = 0; r < examples.size(); ++r) {
+    const Example& e = *examples[r];
+    const auto base = static_cast<std::int32_t>(r) * out.inputs.length;
+    for (std::size_t t = 0; t <= e.target.size(); ++t) {
+      out.rows.push_back(base + static_cast<std::int32_t>(t));
+      out.labels.push_back(t < e.target.size() ? e.target[t] : eos_);
+    }
+  }
+  return out;
+}
+
+}  // namespace masque::train

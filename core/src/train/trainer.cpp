@@ -1,0 +1,144 @@
+#include "masque/train/trainer.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include "masque/error.hpp"
+#include "masque/safetensors_writer.hpp"
+
+namespace masque::train {
+
+namespace {
+
+std::vector<std::int64_t> sizes_of(const ParameterSet& params) {
+  std::vector<std::int64_t> sizes;
+  for (const auto& e : params.entries()) sizes.push_back(e.value.numel());
+  return sizes;
+}
+
+const Batch* source_of(const TrainingBatch& b) {
+  return b.source.batch > 0 ? &b.source : nullptr;
+}
+
+}  // namespace
+
+Trainer::Trainer(const TrainableTransformer& network, ParameterSet& params,
+                 const Objective& objective, std::vector<Example> examples, TrainerOptions options)
+    : network_(network),
+      params_(params),
+      objective_(objective),
+      examples_(std::move(examples)),
+      options_(std::move(options)),
+      tape_(network.make_tape()) {
+  if (examples_.empty()) throw ConfigError("training: no usable training records");
+  if (options_.accumulation < 1) throw ConfigError("accumulation must be at least 1");
+  const std::vector<std::int64_t> sizes = sizes_of(params_);
+  adamw_ = AdamW(options_.adamw, sizes);
+  cut_epoch();
+}
+
+void Trainer::cut_epoch() {
+  order_ = epoch_order(examples_.size(), options_.seed, epoch_, options_.shuffle);
+  batches_ = cut_batches(order_, examples_, options_.batch_size, options_.max_tokens);
+}
+
+std::vector<const Example*> Trainer::next_micro_batch(std::int64_t& epoch) {
+  if (batch_ >= batches_.size()) {
+    ++epoch_;
+    batch_ = 0;
+    cut_epoch();
+  }
+  const BatchSpan span = batches_[batch_++];
+  std::vector<const Example*> batch;
+  for (std::size_t i = span.begin; i < span.end; ++i) batch.push_back(&examples_[order_[i]]);
+  epoch = epoch_;
+  return batch;
+}
+
+StepResult Trainer::step() {
+  // Lay the step's micro-batches out first: the loss divides by all their predicted tokens.
+  std::vector<TrainingBatch> micro;
+  std::int64_t count = 0, epoch = 0;
+  for (std::int32_t a = 0; a < options_.accumulation; ++a) {
+    const std::vector<const Example*> examples = next_micro_batch(epoch);
+    micro.push_back(objective_.lay_out(examples, epoch));
+    count += static_cast<std::int64_t>(micro.back().labels.size());
+  }
+  if (count == 0) throw RuntimeError("training: a step with no token to predict");
+  params_.zero_grads();
+  double loss_sum = 0;
+  const CrossEntropyOptions ce{.label_smoothing = options_.label_smoothing};
+  Tensor logits;
+  for (const TrainingBatch& b : micro) {
+    network_.forward(b.inputs, source_of(b), b.rows, *tape_, logits);
+    loss_sum += cross_entropy(logits, b.labels, static_cast<double>(count), ce, &logits).loss_sum;
+    network_.backward(*tape_, logits);
+  }
+  std::vector<std::span<float>> grads;
+  std::vector<Parameter> update;
+  for (auto& e : params_.entries()) {
+    grads.emplace_back(e.grad.f32(), static_cast<std::size_t>(e.grad.numel()));
+    update.push_back({e.value.f32(), e.grad.f32(), e.value.numel(), e.decays()});
+  }
+  StepResult r;
+  r.grad_norm = clip_grad_norm(grads, options_.max_grad_norm);
+  r.lr = options_.schedule.lr(step_);
+  adamw_.step(update, r.lr);
+  r.step = ++step_;
+  r.loss = loss_sum / static_cast<double>(count);
+  r.tokens = count;
+  r.epoch = epoch;
+  return r;
+}
+
+EvalResult Trainer::evaluate(const std::vector<Example>& examples, std::size_t batch_size) const {
+  const std::vector<std::uint32_t> order = epoch_order(examples.size(), 0, 0, false);
+  const std::vector<BatchSpan> spans = cut_batches(order, examples, batch_size, 0);
+  TapePtr tape = network_.make_tape();
+  double loss_sum = 0;
+  EvalResult r;
+  Tensor logits;
+  for (const BatchSpan& span : spans) {
+    std::vector<const Example*> batch;
+    for (std::size_t i = span.begin; i < span.end; ++i) batch.push_back(&examples[i]);
+    const TrainingBatch b = objective_.lay_out(batch, 0);
+    if (b.labels.empty()) continue;
+    network_.forward(b.inputs, source_of(b), b.rows, *tape, logits);
+    const CrossEntropyResult ce = cross_entropy(logits, b.labels, 1.0, {}, nullptr);
+    loss_sum += ce.loss_sum;
+    r.tokens += ce.counted;
+  }
+  r.loss = r.tokens > 0 ? loss_sum / static_cast<double>(r.tokens) : 0.0;
+  return r;
+}
+
+nlohmann::json Trainer::state() const {
+  return {{"step", step_},
+          {"epoch", epoch_},
+          {"batch_in_epoch", batch_},
+          {"examples", examples_.size()},
+          {"seed", options_.seed}};
+}
+
+void Trainer::save_optimizer(const std::filesystem::path& file) const {
+  std::ostringstream out;
+  adamw_.save(out);
+  write_file_atomically(file, out.str());
+}
+
+void Trainer::restore(const nlohmann::json& state, const std::filesystem::path& optimizer_file) {
+  const auto examples = state.at("examples").get<std::size_t>();
+  if (examples != examples_.size())
+    throw ConfigError(optimizer_file.parent_path().string() + ": the checkpoint was trained on " +
+                      std::to_string(examples) + " usable records, the data has " +
+                      std::to_string(examples_.size()) + " (a different training file?)");
+  std::ifstream in(optimizer_file, std::ios::binary);
+  if (!in) throw ConfigError(optimizer_file.string() + ": cannot open the optimizer state");
+  adamw_ = AdamW::load(in, sizes_of(params_));
+  step_ = state.at("step").get<std::int64_t>();
+  epoch_ = state.at("epoch").get<std::int64_t>();
+  cut_epoch();
+  batch_ = state.at("batch_in_epoch").get<std::size_t>();
+}
+
+}  // namespace masque::train
