@@ -9,7 +9,7 @@
 // float per (row, head, query), the log-sum-exp of the query's allowed scores, and the backward
 // recomputes the probabilities tile by tile from q, k and the log-sum-exp (FlashAttention-2's
 // recompute). Saved memory: 4 * batch * heads * q_len bytes beyond q, k, v and out, which the
-// caller keeps anyway (BERT-base, 16 x 128 tokens, 12 heads: 96 KiB per layer, against 9 MiB
+// caller keeps anyway (BERT-base, 16 x 128 tokens, 12 heads: 96 KiB per layer, against 12 MiB
 // for one layer's probabilities).
 //
 // Work: tiles of up to 128 queries of one head; a tile's scores cover only the span of keys its
