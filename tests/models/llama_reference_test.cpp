@@ -114,7 +114,8 @@ TEST_CASE_METHOD(LlamaFixture, "llama: 256 greedy steps with the KV cache reprod
     const auto row = row_of(logits, 0);
     const TokenId next = argmax(row);
     logit_err = std::max(logit_err, std::abs(row[next] - steps["chosen_logit"][t].get<double>()));
-    lse_err = std::max(lse_err, std::abs(logsumexp(row) - steps["logsumexp"][t].get<double>()));
+    lse_err = std::max(lse_err,
+                       std::abs(decoding::log_sum_exp(row) - steps["logsumexp"][t].get<double>()));
     generated.push_back(next);
     if (next != expected[t]) break;
     const TokenId token[] = {next};

@@ -74,12 +74,4 @@ void add_embedding(const Tensor& table, std::span<const std::int32_t> ids, Tenso
 // out[i] = x[rows[i]] (rows of the last dimension); RuntimeError for a row outside x.
 void gather_rows(const Tensor& x, std::span<const std::int32_t> rows, Tensor& out);
 
-// ---- scoring (in double: a float sum over 50k logits is off by ~1e-5) ----------------------
-
-double logsumexp(std::span<const float> logits);
-// log p(id) = logits[id] - logsumexp(logits).
-double log_prob(std::span<const float> logits, std::int32_t id);
-// out[v] = logits[v] - logsumexp(logits); out.size() == logits.size().
-void log_softmax(std::span<const float> logits, std::span<double> out);
-
 }  // namespace masque

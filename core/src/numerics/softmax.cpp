@@ -67,27 +67,4 @@ void log_softmax(Tensor& x) {
   }
 }
 
-double logsumexp(std::span<const float> logits) {
-  if (logits.empty()) return -std::numeric_limits<double>::infinity();
-  const auto n = static_cast<std::int64_t>(logits.size());
-  const float m = row_max(logits.data(), n);
-  if (empty_row(m) || std::isinf(m)) return m;
-  return static_cast<double>(m) + std::log(sum_exp(logits.data(), m, n));
-}
-
-double log_prob(std::span<const float> logits, std::int32_t id) {
-  if (id < 0 || static_cast<std::size_t>(id) >= logits.size())
-    throw RecordError("token id " + std::to_string(id) + " is outside the vocabulary of " +
-                      std::to_string(logits.size()));
-  return static_cast<double>(logits[id]) - logsumexp(logits);
-}
-
-void log_softmax(std::span<const float> logits, std::span<double> out) {
-  if (out.size() != logits.size())
-    throw RuntimeError("log_softmax: output has " + std::to_string(out.size()) + " entries for " +
-                       std::to_string(logits.size()) + " logits");
-  const double lse = logsumexp(logits);
-  for (std::size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - lse;
-}
-
 }  // namespace masque

@@ -155,12 +155,6 @@ void copy_row(const Tensor& from, std::size_t row, Tensor& to, std::size_t to_ro
   std::copy_n(from.f32() + row * width, width, to.f32() + to_row * width);
 }
 
-void gather_rows(const Tensor& from, std::span<const std::int32_t> rows, Tensor& to) {
-  to.resize({static_cast<std::int64_t>(rows.size()), from.dim(-1)});
-  for (std::size_t i = 0; i < rows.size(); ++i)
-    copy_row(from, static_cast<std::size_t>(rows[i]), to, i);
-}
-
 double token_logprob(std::span<const float> logits, TokenId id) {
   if (id < 0 || static_cast<std::size_t>(id) >= logits.size())
     throw RecordError("token id " + std::to_string(id) + " is outside the vocabulary of " +

@@ -14,6 +14,7 @@
 #include "masque/decoder.hpp"
 #include "masque/mask.hpp"
 #include "masque/model.hpp"
+#include "masque/ops.hpp"
 #include "masque/tokenizer.hpp"
 #include "tasks/task.hpp"
 
@@ -64,8 +65,7 @@ BuiltBatch assemble_batch(std::span<const SequenceSpec> sequences, std::vector<S
 std::span<const float> tensor_row(const Tensor& tensor, std::size_t row);
 // Row `row` of `from` into row `to_row` of `to` (same width, `to` large enough).
 void copy_row(const Tensor& from, std::size_t row, Tensor& to, std::size_t to_row);
-// to = the rows `rows` of `from`, in that order; `to` keeps its buffer when large enough.
-void gather_rows(const Tensor& from, std::span<const std::int32_t> rows, Tensor& to);
+// Gathering whole rows is the numerics' gather_rows (masque/ops.hpp).
 
 // log p(id) under a logits row: logits[id] - log-sum-exp (decoding::log_sum_exp, in double).
 // RecordError for an id outside the row.

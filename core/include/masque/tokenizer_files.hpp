@@ -1,0 +1,38 @@
+// Which tokenizer plugin reads a model folder (header only; the pipeline loader uses it for a
+// `tokenizer:` section that gives a `path:` and no `plugin:`). A folder may hold several tokenizer
+// files (a Llama folder often has tokenizer.json and tokenizer.model); the first of these wins:
+//
+//   1. tokenizer.json            -> tokenizer-json  (the complete description: normalizer,
+//                                                    pre-tokenizer, added tokens, post-processor)
+//   2. tokenizer.model           -> sentencepiece
+//   3. vocab.json + merges.txt   -> bpe
+//   4. vocab.txt                 -> wordpiece
+//
+// tokenizer.json comes first because it is what Hugging Face's own loaders use when present
+// (AutoTokenizer prefers the fast tokenizer) and it alone carries the added tokens and special-
+// token template of the model.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace masque::tok {
+
+struct TokenizerChoice {
+  std::string plugin;  // the tokenizer plugin's name
+  std::string file;    // the file that decided it (relative to the folder)
+};
+
+inline std::optional<TokenizerChoice> pick_tokenizer(const std::filesystem::path& folder) {
+  std::error_code ec;
+  auto has = [&](const char* name) { return std::filesystem::is_regular_file(folder / name, ec); };
+  if (has("tokenizer.json")) return TokenizerChoice{"tokenizer-json", "tokenizer.json"};
+  if (has("tokenizer.model")) return TokenizerChoice{"sentencepiece", "tokenizer.model"};
+  if (has("vocab.json") && has("merges.txt"))
+    return TokenizerChoice{"bpe", "vocab.json and merges.txt"};
+  if (has("vocab.txt")) return TokenizerChoice{"wordpiece", "vocab.txt"};
+  return std::nullopt;
+}
+
+}  // namespace masque::tok
