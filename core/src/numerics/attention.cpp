@@ -18,6 +18,7 @@
 #include "masque/attention.hpp"
 #include "masque/error.hpp"
 #include "masque/threading.hpp"
+#include "numerics/attention_rule.hpp"
 #include "numerics/parallel.hpp"
 #include "numerics/simd.hpp"
 
@@ -78,102 +79,19 @@ struct Problem {
   }
 };
 
-bool query_is_pad(const MaskView& m, std::int32_t b, std::int32_t i) {
-  return m.query_role && m.query_role[b * m.query_stride + i] == TokenRole::pad;
-}
+using numerics::query_is_pad;
+// Tiles never reach past a row's last real query, so a row is computed the same way alone or
+// padded in any batch (results independent of the batch).
+using numerics::real_queries;
 
-// [j0, j1): the keys any query of the tile may see (a superset is fine; the rule is applied
-// per entry afterwards).
+// [j0, j1): the keys any query of the tile may see.
 std::pair<std::int32_t, std::int32_t> key_span(const Problem& p, const Tile& t) {
-  const MaskView& m = p.mask;
-  const std::int32_t first = p.query_of(t, 0), last = p.query_of(t, t.rows - 1);
-  const TokenRole* role = m.key_role + t.b * m.key_stride;
-  std::int32_t j0 = m.k_len, j1 = 0;
-  auto take = [&](std::int32_t j) {
-    j0 = std::min(j0, j);
-    j1 = std::max(j1, j + 1);
-  };
-  if (!m.query_role) {  // cross-attention: every real key
-    for (std::int32_t j = 0; j < m.k_len; ++j)
-      if (role[j] != TokenRole::pad) take(j);
-    return {j0, std::max(j0, j1)};
-  }
-  if (m.dense) {
-    for (std::int32_t i = first; i <= last; ++i) {
-      if (query_is_pad(m, t.b, i)) continue;
-      const std::uint8_t* d = m.dense + (std::int64_t{t.b} * m.q_len + i) * m.k_len;
-      for (std::int32_t j = 0; j < m.k_len; ++j)
-        if (d[j] && role[j] != TokenRole::pad) take(j);
-    }
-    return {j0, std::max(j0, j1)};
-  }
-  std::int32_t max_rank = std::numeric_limits<std::int32_t>::min();
-  bool any = false;
-  for (std::int32_t i = first; i <= last; ++i) {
-    if (query_is_pad(m, t.b, i)) continue;
-    any = true;
-    max_rank = std::max(max_rank, m.query_rank[t.b * m.query_stride + i]);
-    const std::int32_t self = i + m.self_offset;
-    if (self >= 0 && self < m.k_len && role[self] != TokenRole::pad) take(self);
-  }
-  if (!any) return {0, 0};
-  const std::int32_t* rank = m.key_rank + t.b * m.key_stride;
-  for (std::int32_t j = 0; j < m.k_len; ++j)
-    if (role[j] == TokenRole::content && rank[j] <= max_rank) take(j);
-  return {j0, std::max(j0, j1)};
-}
-
-// Sets the disallowed scores of query i over keys [j0, j0 + n) to -inf.
-MASQUE_VECTORIZE void mask_rank_row(float* __restrict s, const TokenRole* __restrict role,
-                                    const std::int32_t* __restrict rank, std::int32_t n,
-                                    std::int32_t query_rank, std::int32_t self) {
-  for (std::int32_t j = 0; j < n; ++j) {
-    const bool ok = role[j] != TokenRole::pad &&
-                    ((role[j] == TokenRole::content && rank[j] <= query_rank) || j == self);
-    s[j] = ok ? s[j] : kNegInf;
-  }
-}
-// The same with a sliding window: ranks more than window - 1 below the query's are hidden too.
-MASQUE_VECTORIZE void mask_window_row(float* __restrict s, const TokenRole* __restrict role,
-                                      const std::int32_t* __restrict rank, std::int32_t n,
-                                      std::int32_t query_rank, std::int32_t self,
-                                      std::int32_t window) {
-  for (std::int32_t j = 0; j < n; ++j) {
-    const bool ok =
-        role[j] != TokenRole::pad && ((role[j] == TokenRole::content && rank[j] <= query_rank &&
-                                       query_rank - rank[j] < window) ||
-                                      j == self);
-    s[j] = ok ? s[j] : kNegInf;
-  }
-}
-MASQUE_VECTORIZE void mask_dense_row(float* __restrict s, const TokenRole* __restrict role,
-                                     const std::uint8_t* __restrict dense, std::int32_t n) {
-  for (std::int32_t j = 0; j < n; ++j)
-    s[j] = (role[j] != TokenRole::pad && dense[j] != 0) ? s[j] : kNegInf;
-}
-MASQUE_VECTORIZE void mask_keys_row(float* __restrict s, const TokenRole* __restrict role,
-                                    std::int32_t n) {
-  for (std::int32_t j = 0; j < n; ++j) s[j] = role[j] != TokenRole::pad ? s[j] : kNegInf;
+  return numerics::key_span(p.mask, t.b, p.query_of(t, 0), p.query_of(t, t.rows - 1) + 1);
 }
 
 void mask_row(const Problem& p, const Tile& t, std::int32_t i, std::int32_t j0, std::int32_t n,
               float* s) {
-  const MaskView& m = p.mask;
-  const TokenRole* role = m.key_role + t.b * m.key_stride + j0;
-  if (!m.query_role) return mask_keys_row(s, role, n);
-  if (query_is_pad(m, t.b, i)) {
-    std::fill(s, s + n, kNegInf);
-    return;
-  }
-  if (m.dense) {
-    return mask_dense_row(s, role, m.dense + (std::int64_t{t.b} * m.q_len + i) * m.k_len + j0, n);
-  }
-  if (m.window > 0)
-    return mask_window_row(s, role, m.key_rank + t.b * m.key_stride + j0, n,
-                           m.query_rank[t.b * m.query_stride + i], i + m.self_offset - j0,
-                           m.window);
-  mask_rank_row(s, role, m.key_rank + t.b * m.key_stride + j0, n,
-                m.query_rank[t.b * m.query_stride + i], i + m.self_offset - j0);
+  numerics::mask_row(p.mask, t.b, i, j0, n, s);
 }
 
 // s[c] += the position bias of the tile's row r for key column cols[c] (or j0 + c).
@@ -379,15 +297,6 @@ void run_tile(const Problem& p, const Tile& t, std::vector<float>& work) {
       weighted_sum_loop(s + std::int64_t{r} * n, v, ldv, n, d, p.out_row(t, r));
   }
   for (std::int32_t r = 0; r < t.rows; ++r) scale_row(p.out_row(t, r), inv_sum[r], d);
-}
-
-// Queries of row b up to its last real one. Tiles never reach past it, so a row is computed
-// the same way alone or padded in any batch (results independent of the batch).
-std::int32_t real_queries(const MaskView& m, std::int32_t b) {
-  if (!m.query_role) return m.q_len;
-  std::int32_t n = m.q_len;
-  while (n > 0 && m.query_role[b * m.query_stride + n - 1] == TokenRole::pad) --n;
-  return n;
 }
 
 std::vector<Tile> make_tiles(const Problem& p) {

@@ -12,6 +12,7 @@
 
 #include "masque/error.hpp"
 #include "masque/threading.hpp"
+#include "numerics/attention_rule.hpp"
 #include "numerics/parallel.hpp"
 #include "numerics/simd.hpp"
 
@@ -51,82 +52,9 @@ auto at(View s, std::int32_t b, std::int32_t i, std::int32_t h, std::int32_t d) 
   return s.data + b * s.batch_stride + i * s.token_stride + std::int64_t{h} * d;
 }
 
-bool query_is_pad(const MaskView& m, std::int32_t b, std::int32_t i) {
-  return m.query_role && m.query_role[b * m.query_stride + i] == TokenRole::pad;
-}
-
-// Queries of row b up to its last real one; later ones are padding (zeros, lse -inf).
-std::int32_t real_queries(const MaskView& m, std::int32_t b) {
-  if (!m.query_role) return m.q_len;
-  std::int32_t n = m.q_len;
-  while (n > 0 && query_is_pad(m, b, n - 1)) --n;
-  return n;
-}
-
-// [j0, j1): a superset of the keys queries [i0, i1) of row b may see (the rule is applied per
-// entry afterwards).
-std::pair<std::int32_t, std::int32_t> key_span(const MaskView& m, std::int32_t b, std::int32_t i0,
-                                               std::int32_t i1) {
-  const TokenRole* role = m.key_role + b * m.key_stride;
-  std::int32_t j0 = m.k_len, j1 = 0;
-  auto take = [&](std::int32_t j) {
-    j0 = std::min(j0, j);
-    j1 = std::max(j1, j + 1);
-  };
-  if (!m.query_role || m.dense) {  // cross-attention or dense: every real key (cheap superset)
-    for (std::int32_t j = 0; j < m.k_len; ++j)
-      if (role[j] != TokenRole::pad) take(j);
-    return {j0, std::max(j0, j1)};
-  }
-  std::int32_t max_rank = std::numeric_limits<std::int32_t>::min();
-  bool any = false;
-  for (std::int32_t i = i0; i < i1; ++i) {
-    if (query_is_pad(m, b, i)) continue;
-    any = true;
-    max_rank = std::max(max_rank, m.query_rank[b * m.query_stride + i]);
-    const std::int32_t self = i + m.self_offset;
-    if (self >= 0 && self < m.k_len && role[self] != TokenRole::pad) take(self);
-  }
-  if (!any) return {0, 0};
-  const std::int32_t* rank = m.key_rank + b * m.key_stride;
-  for (std::int32_t j = 0; j < m.k_len; ++j)
-    if (role[j] == TokenRole::content && rank[j] <= max_rank) take(j);
-  return {j0, std::max(j0, j1)};
-}
-
-// The rule for query i of row b over keys [j0, j0 + n): disallowed scores become -inf.
-MASQUE_VECTORIZE void mask_rank_row(float* __restrict s, const TokenRole* __restrict role,
-                                    const std::int32_t* __restrict rank, std::int32_t n,
-                                    std::int32_t query_rank, std::int32_t self) {
-  for (std::int32_t j = 0; j < n; ++j) {
-    const bool ok = role[j] != TokenRole::pad &&
-                    ((role[j] == TokenRole::content && rank[j] <= query_rank) || j == self);
-    s[j] = ok ? s[j] : kNegInf;
-  }
-}
-MASQUE_VECTORIZE void mask_dense_row(float* __restrict s, const TokenRole* __restrict role,
-                                     const std::uint8_t* __restrict dense, std::int32_t n) {
-  for (std::int32_t j = 0; j < n; ++j)
-    s[j] = (role[j] != TokenRole::pad && dense[j] != 0) ? s[j] : kNegInf;
-}
-MASQUE_VECTORIZE void mask_keys_row(float* __restrict s, const TokenRole* __restrict role,
-                                    std::int32_t n) {
-  for (std::int32_t j = 0; j < n; ++j) s[j] = role[j] != TokenRole::pad ? s[j] : kNegInf;
-}
-
-void mask_row(const MaskView& m, std::int32_t b, std::int32_t i, std::int32_t j0, std::int32_t n,
-              float* s) {
-  const TokenRole* role = m.key_role + b * m.key_stride + j0;
-  if (!m.query_role) return mask_keys_row(s, role, n);
-  if (query_is_pad(m, b, i)) {
-    std::fill(s, s + n, kNegInf);
-    return;
-  }
-  if (m.dense)
-    return mask_dense_row(s, role, m.dense + (std::int64_t{b} * m.q_len + i) * m.k_len + j0, n);
-  mask_rank_row(s, role, m.key_rank + b * m.key_stride + j0, n,
-                m.query_rank[b * m.query_stride + i], i + m.self_offset - j0);
-}
+using numerics::key_span;
+using numerics::mask_row;
+using numerics::real_queries;
 
 // Softmax of one masked row in place; returns its log-sum-exp (-inf, and zeros, when no entry
 // is allowed).
