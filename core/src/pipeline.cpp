@@ -11,6 +11,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "masque/error.hpp"
+#include "masque/tokenizer_files.hpp"
 #include "run/settings.hpp"
 
 namespace masque {
@@ -509,7 +510,30 @@ class Loader {
     }
   }
 
+  // A tokenizer section with a folder and no plugin: the folder's files decide
+  // (masque/tokenizer_files.hpp). False after an error.
+  bool pick_tokenizer_plugin(const std::string& name, RawSection& section) {
+    const RawValue* path = section.find("path");
+    if (!path || !path->node.IsScalar()) return true;
+    const fs::path folder = path->base_dir / expand_env(path->node.Scalar());
+    const auto choice = tok::pick_tokenizer(folder);
+    if (!choice) {
+      error(path->where + ": " + name + ": no 'plugin:' given, and " + folder.string() +
+            " has none of the files that name one: tokenizer.json (tokenizer-json), "
+            "tokenizer.model (sentencepiece), vocab.json + merges.txt (bpe), vocab.txt "
+            "(wordpiece)");
+      return false;
+    }
+    section.plugin = RawValue{
+        YAML::Node(choice->plugin), path->where + " (" + choice->file + " in the folder)", {}};
+    return true;
+  }
+
   void validate_section(const std::string& name, RawSection& section, Pipeline& pipeline) {
+    if (!section.plugin && find_section_kind(name) &&
+        find_section_kind(name)->kind == PluginKind::tokenizer &&
+        !pick_tokenizer_plugin(name, section))
+      return;
     if (!section.plugin) {
       error(section.where + ": " + name + ": missing 'plugin:' (the " +
             to_string(find_section_kind(name)->kind) + " plugin to use)");

@@ -12,7 +12,7 @@
 #include "pretokenizer.hpp"
 #include "regex.hpp"
 #include "tok_test_util.hpp"
-#include "tokenizer_files.hpp"
+#include "masque/tokenizer_files.hpp"
 
 using namespace masque;
 using namespace masque::test;
