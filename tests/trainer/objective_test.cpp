@@ -136,12 +136,18 @@ TEST_CASE(
   CHECK(out.rows == std::vector<std::int32_t>{5, 6});
   CHECK(out.labels == std::vector<TokenId>{2, 6});
 
+  // The objective asks for the query stream itself; a strategy without one is an error.
   Params content;
   content.set("seed", std::int64_t{0});
   auto content_only = load_mask("permutation", content);
-  Objective wrong({.kind = ObjectiveKind::plm}, *tok, nullptr, {.inputs = content_only.get()},
+  Objective asks({.kind = ObjectiveKind::plm, .plm_predict = 2}, *tok, nullptr,
+                 {.inputs = content_only.get()}, bert_like());
+  CHECK(asks.lay_out(batch, 0).labels == out.labels);
+  auto causal = load_mask("causal");
+  Objective wrong({.kind = ObjectiveKind::plm}, *tok, nullptr, {.inputs = causal.get()},
                   bert_like());
-  CHECK_THROWS_WITH(wrong.lay_out(batch, 0), Catch::Contains("stream: query"));
+  CHECK_THROWS_WITH(wrong.lay_out(batch, 0),
+                    Catch::Contains("a mask strategy with a query stream"));
 }
 
 TEST_CASE(

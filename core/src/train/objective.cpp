@@ -46,7 +46,7 @@ std::size_t predicted_count(const ObjectiveOptions& o, std::size_t n) {
 }
 
 // What a strategy needs to know of a sequence with no segments and no order of its own.
-MaskRequest request(std::size_t length, std::uint64_t record) {
+MaskRequest sequence_request(std::size_t length, std::uint64_t record) {
   MaskRequest r;
   r.length = static_cast<std::int32_t>(length);
   r.record_id = record;
@@ -180,17 +180,17 @@ TrainingBatch Objective::lay_out(std::span<const Example* const> examples,
     specs[r].segments = e.segments;
     specs[r].token_types = e.segments;  // BERT's token types are the segments (0 when none)
     specs[r].order = e.order;
-    MaskRequest request{.length = static_cast<std::int32_t>(e.ids.size()),
-                        .segments = e.segments,
-                        .order = e.order,
-                        .record_id = e.line};
+    MaskRequest request = sequence_request(e.ids.size(), e.line);
+    request.segments = e.segments;
+    request.order = e.order;
+    request.query_stream = options_.kind == ObjectiveKind::plm;
     masks[r] = masks_.inputs->build(request);
     if (options_.kind == ObjectiveKind::plm) {
       SequenceMask& m = masks[r];
       if (m.query_positions.size() != e.ids.size())
         throw ConfigError(
-            "objective plm needs the permutation mask with its query stream "
-            "(mask: {plugin: permutation, stream: query})");
+            "objective plm needs a mask strategy with a query stream (mask: {plugin: "
+            "permutation})");
       // Keep the queries of the last K steps of the order: they are the only ones predicted,
       // and no other token sees a query, so dropping the rest changes nothing else.
       const std::size_t n = e.ids.size(), drop = n - predicted_count(options_, n);
@@ -271,10 +271,10 @@ TrainingBatch Objective::lay_out_encoder_decoder(std::span<const Example* const>
   for (std::size_t r = 0; r < examples.size(); ++r) {
     const Example& e = *examples[r];
     sources[r].ids = e.ids;
-    source_masks[r] = masks_.source->build(request(e.ids.size(), e.line));
+    source_masks[r] = masks_.source->build(sequence_request(e.ids.size(), e.line));
     targets[r].ids.push_back(decoder_start_);
     targets[r].ids.insert(targets[r].ids.end(), e.target.begin(), e.target.end());
-    target_masks[r] = masks_.inputs->build(request(targets[r].ids.size(), e.line));
+    target_masks[r] = masks_.inputs->build(sequence_request(targets[r].ids.size(), e.line));
   }
   TrainingBatch out;
   out.source = assemble_batch(sources, std::move(source_masks), pad_, -1).batch;

@@ -18,8 +18,8 @@
 //               (encoder-decoder) the source is encoded (bidirectional); the decoder reads the
 //                                 decoder start token and the target, and predicts the target
 //                                 and the end token (teacher forcing).
-//   plm        (permutation,      text -> tokens and a factorization order (the record's `order`,
-//               stream: query)    or the strategy's); only the queries of the last K positions of
+//   plm        (permutation, with text -> tokens and a factorization order (the record's `order`,
+//               its query stream) or the strategy's); only the queries of the last K positions of
 //                                 the order are kept, and each predicts its position's token
 //                                 (XLNet's partial prediction).
 //
