@@ -40,7 +40,7 @@ Bad input (an empty file, a missing or extra hypothesis, an unknown or repeated 
 reference, a line that is not JSON) is an error naming the file and line: exit code 2.
 
 Examples:
-  masque run pipelines/g2p.yaml < data/g2p/test.words | masque eval --ref data/g2p/test.ref.tsv
+  masque run PIPELINE < data/g2p/test.words | masque eval --ref data/g2p/test.ref.tsv
   masque eval --ref data/g2p/test.tsv hyp.txt --token-name phone --json
   masque eval --ref refs.tsv --hyp-format tsv keyed.tsv --buckets 3,6,9
 
