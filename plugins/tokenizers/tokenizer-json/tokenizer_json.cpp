@@ -30,11 +30,11 @@
 #include "masque/error.hpp"
 #include "masque/params.hpp"
 #include "masque/tokenizer.hpp"
+#include "masque/tokenizer_files.hpp"
 #include "models.hpp"
 #include "normalizers.hpp"
 #include "post_processors.hpp"
 #include "pre_tokenizers.hpp"
-#include "tokenizer_files.hpp"
 #include "utf8.hpp"
 
 namespace {
