@@ -244,12 +244,11 @@ def write_fixture(root, name, variation, seed):
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(c, f, indent=2)
     write_safetensors(os.path.join(folder, "model.safetensors"), model.state_dict())
-    with open(os.path.join(folder, "source_vocab.txt"), "w") as f:
-        f.write("".join(f"s{i}\n" for i in range(c["source_vocab_size"])))
-    with open(os.path.join(folder, "target_vocab.txt"), "w") as f:
-        names = ["<pad>", "<s>", "</s>", "<unk>"]
-        f.write("".join((names[i] if i < 4 else f"t{i}") + "\n"
-                        for i in range(c["target_vocab_size"])))
+    names = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0-3 of both vocabularies
+    for side, letter in (("source", "s"), ("target", "t")):
+        with open(os.path.join(folder, f"{side}_vocab.txt"), "w") as f:
+            f.write("".join((names[i] if i < 4 else f"{letter}{i}") + "\n"
+                            for i in range(c[f"{side}_vocab_size"])))
     records = []
     for source, target in zip(SOURCES, TARGETS):
         g_tokens, g_logprobs = greedy(model, source)

@@ -37,9 +37,17 @@ class Weights {
                std::int64_t in, std::int64_t hidden) const {
     const std::int64_t gates = (cell == Cell::lstm ? 4 : 3) * hidden;
     const std::string l = "_l" + std::to_string(layer) + suffix;
-    return RnnLayer(cell, matrix(prefix + ".weight_ih" + l, gates, in),
-                    matrix(prefix + ".weight_hh" + l, gates, hidden),
-                    vector(prefix + ".bias_ih" + l, gates), vector(prefix + ".bias_hh" + l, gates));
+    // One after the other, so that the first bad tensor is the one reported.
+    const Tensor w_ih = matrix(prefix + ".weight_ih" + l, gates, in);
+    const Tensor w_hh = matrix(prefix + ".weight_hh" + l, gates, hidden);
+    const Tensor b_ih = vector(prefix + ".bias_ih" + l, gates);
+    const Tensor b_hh = vector(prefix + ".bias_hh" + l, gates);
+    return RnnLayer(cell, w_ih, w_hh, b_ih, b_hh);
+  }
+  // An nn.Linear `prefix` (.weight [out, in], and .bias [out] when `bias`).
+  Linear linear(const std::string& prefix, std::int64_t out, std::int64_t in, bool bias) const {
+    const Tensor weight = matrix(prefix + ".weight", out, in);
+    return Linear(weight, bias ? vector(prefix + ".bias", out) : Tensor());
   }
 
  private:
@@ -62,13 +70,12 @@ Attention load_attention(const Weights& w, const RnnConfig& c) {
   AttentionWeights a;
   a.kind = c.attention;
   const std::int64_t A = c.attention_size, Hd = c.decoder_hidden, M = c.memory_size();
-  a.key = Linear(w.matrix(p + "key_proj.weight", A, M));
+  a.key = w.linear(p + "key_proj", A, M, false);
   if (c.attention == AttentionKind::bahdanau) {
-    a.query = Linear(w.matrix(p + "query_proj.weight", A, Hd), w.vector(p + "query_proj.bias", A));
+    a.query = w.linear(p + "query_proj", A, Hd, true);
     a.v = w.matrix(p + "v.weight", 1, A).reshaped({A});
   }
-  a.output = Linear(w.matrix(p + "out_proj.weight", Hd, M + Hd),
-                    c.attention_output_bias ? w.vector(p + "out_proj.bias", Hd) : Tensor());
+  a.output = w.linear(p + "out_proj", Hd, M + Hd, c.attention_output_bias);
   return Attention(std::move(a));
 }
 
@@ -131,9 +138,8 @@ RnnSeq2SeqModel::RnnSeq2SeqModel(const std::filesystem::path& path)
   const RnnConfig& c = config_;
   encoder_ = load_encoder(w, c);
   if (c.bridge == Bridge::dense)
-    bridge_ = Linear(w.matrix("bridge.weight", std::int64_t{c.decoder_layers} * c.decoder_hidden,
-                              c.memory_size()),
-                     w.vector("bridge.bias", std::int64_t{c.decoder_layers} * c.decoder_hidden));
+    bridge_ = w.linear("bridge", std::int64_t{c.decoder_layers} * c.decoder_hidden,
+                       c.memory_size(), true);
   target_embeddings_ =
       w.matrix("decoder.embed_tokens.weight", c.target_vocab, c.embedding_size).clone();
   for (std::int32_t l = 0; l < c.decoder_layers; ++l)
@@ -144,8 +150,7 @@ RnnSeq2SeqModel::RnnSeq2SeqModel(const std::filesystem::path& path)
   generator_ =
       c.tie_output
           ? Linear(target_embeddings_)
-          : Linear(w.matrix("generator.weight", c.target_vocab, c.decoder_hidden),
-                   c.output_bias ? w.vector("generator.bias", c.target_vocab) : Tensor());
+          : w.linear("generator", c.target_vocab, c.decoder_hidden, c.output_bias);
 
   info_.architecture = "rnn-seq2seq";
   info_.kind = ModelKind::encoder_decoder;
