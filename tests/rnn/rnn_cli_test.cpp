@@ -15,11 +15,19 @@ namespace {
 std::string pipeline(const std::string& fixture, const std::string& decoder) {
   const auto dir = fixture_dir(fixture);
   const auto file = scratch_dir("rnn-cli-" + fixture + "-" + decoder) / "pipeline.yaml";
-  write_file(file, "task: seq2seq\n"
-                   "model:\n  plugin: rnn-seq2seq\n  path: " + dir.string() + "\n"
-                   "tokenizer:\n  plugin: vocab\n  vocab: " + (dir / "source_vocab.txt").string() + "\n"
-                   "target_tokenizer:\n  plugin: vocab\n  vocab: " + (dir / "target_vocab.txt").string() + "\n"
-                   "decoder:\n  plugin: " + decoder + "\n  max_new_tokens: 12\n  min_new_tokens: 0\n");
+  write_file(file,
+             "task: seq2seq\n"
+             "model:\n  plugin: rnn-seq2seq\n  path: " +
+                 dir.string() +
+                 "\n"
+                 "tokenizer:\n  plugin: vocab\n  vocab: " +
+                 (dir / "source_vocab.txt").string() +
+                 "\n"
+                 "target_tokenizer:\n  plugin: vocab\n  vocab: " +
+                 (dir / "target_vocab.txt").string() +
+                 "\n"
+                 "decoder:\n  plugin: " +
+                 decoder + "\n  max_new_tokens: 12\n  min_new_tokens: 0\n");
   return file.string();
 }
 
@@ -31,7 +39,8 @@ TEST_CASE("rnn-seq2seq: masque run decodes like the reference (greedy)", "[rnn][
     std::string input;
     for (const auto& r : e["records"]) {
       std::string line;
-      for (const auto& id : r["source"]) line += (line.empty() ? "s" : " s") + std::to_string(id.get<int>());
+      for (const auto& id : r["source"])
+        line += (line.empty() ? "s" : " s") + std::to_string(id.get<int>());
       input += line + "\n";
     }
     const auto run = run_masque(
@@ -54,10 +63,10 @@ TEST_CASE("rnn-seq2seq: masque run decodes like the reference (greedy)", "[rnn][
 }
 
 TEST_CASE("rnn-seq2seq: masque run with beam search and a bad model folder", "[rnn][e2e]") {
-  const auto run = run_masque({"run", pipeline("lstm-luong", "beam"), "-q", "--set",
-                               "decoder.beam_size=4", "--set", "decoder.num_hypotheses=4",
-                               "--format", "nbest"},
-                              "s4 s5 s6\ns7\ns8 s9 s10 s11\n");
+  const auto run =
+      run_masque({"run", pipeline("lstm-luong", "beam"), "-q", "--set", "decoder.beam_size=4",
+                  "--set", "decoder.num_hypotheses=4", "--format", "nbest"},
+                 "s4 s5 s6\ns7\ns8 s9 s10 s11\n");
   INFO(run.err);
   REQUIRE(run.exit_code == 0);
   CHECK(!run.out.empty());

@@ -16,7 +16,8 @@ namespace {
 
 // A copy of a fixture with config.json edited (null deletes a key); the checkpoint is linked.
 fs::path edited(const std::string& fixture, const nlohmann::json& edits) {
-  const fs::path dir = scratch_dir("rnn-" + fixture + "-" + std::to_string(std::hash<std::string>{}(edits.dump())));
+  const fs::path dir =
+      scratch_dir("rnn-" + fixture + "-" + std::to_string(std::hash<std::string>{}(edits.dump())));
   auto config = nlohmann::json::parse(read_file(fixture_dir(fixture) / "config.json"));
   for (const auto& [key, value] : edits.items()) {
     if (value.is_null())

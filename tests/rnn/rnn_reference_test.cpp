@@ -13,7 +13,9 @@ namespace {
 
 constexpr double kTolerance = 1e-4;
 
-std::vector<TokenId> ids(const nlohmann::json& j) { return j.get<std::vector<TokenId>>(); }
+std::vector<TokenId> ids(const nlohmann::json& j) {
+  return j.get<std::vector<TokenId>>();
+}
 
 double worst(const std::vector<double>& got, const nlohmann::json& want) {
   REQUIRE(got.size() == want.size());
@@ -65,15 +67,14 @@ TEST_CASE("rnn-seq2seq: greedy outputs match the float64 torch reference", "[rnn
   }
 }
 
-TEST_CASE("rnn-seq2seq: beam-4 outputs match the float64 torch reference (select())",
-          "[rnn]") {
+TEST_CASE("rnn-seq2seq: beam-4 outputs match the float64 torch reference (select())", "[rnn]") {
   for (const std::string& name : fixture_names()) {
     const auto loaded = load_model(name);
     const auto e = expected(name);
     for (const auto& r : e["records"]) {
       INFO(name << " source " << r["source"].dump());
-      const Hypothesis h = beam(*loaded, ids(r["source"]), e["beam_size"].get<int>(),
-                                e["max_steps"].get<int>());
+      const Hypothesis h =
+          beam(*loaded, ids(r["source"]), e["beam_size"].get<int>(), e["max_steps"].get<int>());
       CHECK(h.tokens == ids(r["beam"]));
       CHECK(std::abs(h.score - r["beam_score"].get<double>()) < kTolerance);
     }

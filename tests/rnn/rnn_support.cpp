@@ -19,7 +19,9 @@ const std::vector<std::string>& fixture_names() {
   return names;
 }
 
-fs::path fixture_dir(const std::string& name) { return fs::path(RNN_FIXTURE_DIR) / name; }
+fs::path fixture_dir(const std::string& name) {
+  return fs::path(RNN_FIXTURE_DIR) / name;
+}
 
 nlohmann::json expected(const std::string& name) {
   return nlohmann::json::parse(read_file(fixture_dir(name) / "expected.json"));

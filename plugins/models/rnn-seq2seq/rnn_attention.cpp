@@ -47,9 +47,9 @@ void Attention::attend(const SourceMemory& source, std::span<const std::int32_t>
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int32_t src = source_of[r];
     const float* s_row = s.f32() + r * Hd;
-    const float* q_row =
-        w_.kind == AttentionKind::bahdanau ? scratch.query.f32() + r * w_.query.out_features()
-                                           : nullptr;
+    const float* q_row = w_.kind == AttentionKind::bahdanau
+                             ? scratch.query.f32() + r * w_.query.out_features()
+                             : nullptr;
     weigh(source, src, s_row, q_row, scratch.scores);
     // joined = [context | s]
     float* context = scratch.joined.f32() + r * (M + Hd);

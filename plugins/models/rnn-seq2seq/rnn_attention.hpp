@@ -19,9 +19,9 @@ namespace masque::rnn {
 
 struct AttentionWeights {
   AttentionKind kind = AttentionKind::bahdanau;
-  Linear query;  // bahdanau: W_q, b_q [A, Hd]
-  Linear key;    // W_k [A, 2He] (luong: A = Hd), no bias
-  Tensor v;      // bahdanau: [A]
+  Linear query;   // bahdanau: W_q, b_q [A, Hd]
+  Linear key;     // W_k [A, 2He] (luong: A = Hd), no bias
+  Tensor v;       // bahdanau: [A]
   Linear output;  // W_o [Hd, 2He + Hd], b_o when configured
 };
 

@@ -67,21 +67,19 @@ RnnConfig RnnConfig::load(const std::filesystem::path& dir) {
   c.bridge = static_cast<Bridge>(choice(config, "bridge", "dense", {"dense", "zeros"}));
   c.decoder_layers = positive(config, "decoder_layers");
   c.decoder_hidden = positive(config, "decoder_hidden_size");
-  c.attention =
-      static_cast<AttentionKind>(choice(config, "attention", "", {"bahdanau", "luong"}));
-  c.attention_size =
-      c.attention == AttentionKind::luong
-          ? c.decoder_hidden
-          : in_range(config, "attention_size", 1, kIntMax,
-                     config.get_int("attention_size", c.decoder_hidden));
+  c.attention = static_cast<AttentionKind>(choice(config, "attention", "", {"bahdanau", "luong"}));
+  c.attention_size = c.attention == AttentionKind::luong
+                         ? c.decoder_hidden
+                         : in_range(config, "attention_size", 1, kIntMax,
+                                    config.get_int("attention_size", c.decoder_hidden));
   c.attention_output_bias = config.get_bool("attention_output_bias", false);
   c.input_feeding = config.get_bool("input_feeding", true);
   c.tie_output = config.get_bool("tie_output_projection", false);
   c.output_bias = config.get_bool("output_bias", true);
   if (c.tie_output && c.embedding_size != c.decoder_hidden)
     fail(config, "tie_output_projection",
-         "needs embedding_size (" + std::to_string(c.embedding_size) +
-             ") = decoder_hidden_size (" + std::to_string(c.decoder_hidden) + ")");
+         "needs embedding_size (" + std::to_string(c.embedding_size) + ") = decoder_hidden_size (" +
+             std::to_string(c.decoder_hidden) + ")");
 
   c.decoder_start = token_id(config, "decoder_start_token_id", c.target_vocab);
   c.eos = token_id(config, "eos_token_id", c.target_vocab);

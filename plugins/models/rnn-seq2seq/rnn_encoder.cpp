@@ -72,7 +72,9 @@ EncoderOutput Encoder::encode(const std::vector<std::vector<TokenId>>& rows) con
           std::fill(dst, dst + W, 0.0f);
           continue;
         }
-        const auto at = [&](std::int32_t step) { return (static_cast<std::int64_t>(step) * B + b) * H; };
+        const auto at = [&](std::int32_t step) {
+          return (static_cast<std::int64_t>(step) * B + b) * H;
+        };
         std::memcpy(dst, y_forward.f32() + at(t), H * sizeof(float));
         std::memcpy(dst + H, y_backward.f32() + at(len - 1 - t), H * sizeof(float));
       }

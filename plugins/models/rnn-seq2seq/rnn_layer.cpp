@@ -140,9 +140,9 @@ RnnLayer::RnnLayer(Cell cell, const Tensor& w_ih, const Tensor& w_hh, const Tens
   impl->in = I;
   impl->hidden = H;
   // oneDNN gate g is torch gate order[g]: LSTM i f g o = i f c o; GRU r z n -> u(=z) r o(=n).
-  const std::array<std::int64_t, 4> order =
-      cell == Cell::lstm ? std::array<std::int64_t, 4>{0, 1, 2, 3}
-                         : std::array<std::int64_t, 4>{1, 0, 2, 0};
+  const std::array<std::int64_t, 4> order = cell == Cell::lstm
+                                                ? std::array<std::int64_t, 4>{0, 1, 2, 3}
+                                                : std::array<std::int64_t, 4>{1, 0, 2, 0};
   const float* wi = w_ih.f32();
   const float* wh = w_hh.f32();
   impl->weights_layer.resize(I * G * H);
@@ -150,8 +150,10 @@ RnnLayer::RnnLayer(Cell cell, const Tensor& w_ih, const Tensor& w_hh, const Tens
   for (std::int64_t g = 0; g < G; ++g)
     for (std::int64_t o = 0; o < H; ++o) {
       const std::int64_t row = order[g] * H + o;
-      for (std::int64_t i = 0; i < I; ++i) impl->weights_layer[(i * G + g) * H + o] = wi[row * I + i];
-      for (std::int64_t j = 0; j < H; ++j) impl->weights_iter[(j * G + g) * H + o] = wh[row * H + j];
+      for (std::int64_t i = 0; i < I; ++i)
+        impl->weights_layer[(i * G + g) * H + o] = wi[row * I + i];
+      for (std::int64_t j = 0; j < H; ++j)
+        impl->weights_iter[(j * G + g) * H + o] = wh[row * H + j];
     }
   const float* bi = b_ih.f32();
   const float* bh = b_hh.f32();
@@ -167,8 +169,12 @@ RnnLayer::RnnLayer(Cell cell, const Tensor& w_ih, const Tensor& w_hh, const Tens
   impl_ = std::move(impl);
 }
 
-std::int64_t RnnLayer::input_size() const { return impl_->in; }
-std::int64_t RnnLayer::hidden_size() const { return impl_->hidden; }
+std::int64_t RnnLayer::input_size() const {
+  return impl_->in;
+}
+std::int64_t RnnLayer::hidden_size() const {
+  return impl_->hidden;
+}
 
 void RnnLayer::run(std::int32_t steps, std::int32_t batch, const float* x, float* y) const {
   impl_->execute(steps, batch, x, nullptr, nullptr, y, nullptr, nullptr);

@@ -125,8 +125,7 @@ std::unique_ptr<DecodeState> RnnState::fork() const {
   std::vector<Tensor> h, c;
   for (const Tensor& t : h_) h.push_back(t.clone());
   for (const Tensor& t : c_) c.push_back(t.clone());
-  return std::make_unique<RnnState>(source_, source_of_, std::move(h), std::move(c),
-                                    feed_.clone());
+  return std::make_unique<RnnState>(source_, source_of_, std::move(h), std::move(c), feed_.clone());
 }
 
 // ---- model ---------------------------------------------------------------------------------
@@ -138,19 +137,17 @@ RnnSeq2SeqModel::RnnSeq2SeqModel(const std::filesystem::path& path)
   const RnnConfig& c = config_;
   encoder_ = load_encoder(w, c);
   if (c.bridge == Bridge::dense)
-    bridge_ = w.linear("bridge", std::int64_t{c.decoder_layers} * c.decoder_hidden,
-                       c.memory_size(), true);
+    bridge_ = w.linear("bridge", std::int64_t{c.decoder_layers} * c.decoder_hidden, c.memory_size(),
+                       true);
   target_embeddings_ =
       w.matrix("decoder.embed_tokens.weight", c.target_vocab, c.embedding_size).clone();
   for (std::int32_t l = 0; l < c.decoder_layers; ++l)
     decoder_.push_back(w.rnn("decoder.rnn", l, "", c.cell,
-                             l == 0 ? c.decoder_input_size() : c.decoder_hidden,
-                             c.decoder_hidden));
+                             l == 0 ? c.decoder_input_size() : c.decoder_hidden, c.decoder_hidden));
   attention_ = load_attention(w, c);
-  generator_ =
-      c.tie_output
-          ? Linear(target_embeddings_)
-          : w.linear("generator", c.target_vocab, c.decoder_hidden, c.output_bias);
+  generator_ = c.tie_output
+                   ? Linear(target_embeddings_)
+                   : w.linear("generator", c.target_vocab, c.decoder_hidden, c.output_bias);
 
   info_.architecture = "rnn-seq2seq";
   info_.kind = ModelKind::encoder_decoder;
@@ -210,8 +207,8 @@ void RnnSeq2SeqModel::step(DecodeState& state, const StepInput& input, Tensor& l
   const std::int32_t rows = rnn_state->rows();
   if (input.tokens.size() != static_cast<std::size_t>(rows))
     throw RuntimeError("rnn-seq2seq: step() needs one token per row, got " +
-                       std::to_string(input.tokens.size()) + " tokens for " +
-                       std::to_string(rows) + " rows");
+                       std::to_string(input.tokens.size()) + " tokens for " + std::to_string(rows) +
+                       " rows");
   const RnnConfig& c = config_;
   const std::int64_t E = c.embedding_size, Hd = c.decoder_hidden, In = c.decoder_input_size();
   RnnState::Scratch& s = rnn_state->scratch();
@@ -222,8 +219,7 @@ void RnnSeq2SeqModel::step(DecodeState& state, const StepInput& input, Tensor& l
   for (std::int64_t r = 0; r < rows; ++r) {
     std::memcpy(s.input.f32() + r * In, s.embedded.f32() + r * E, E * sizeof(float));
     if (c.input_feeding)
-      std::memcpy(s.input.f32() + r * In + E, rnn_state->feed().f32() + r * Hd,
-                  Hd * sizeof(float));
+      std::memcpy(s.input.f32() + r * In + E, rnn_state->feed().f32() + r * Hd, Hd * sizeof(float));
   }
 
   const bool lstm = c.cell == Cell::lstm;
