@@ -46,7 +46,9 @@ TEST_CASE("rnn-seq2seq: teacher-forced log-probs match the float64 torch referen
   for (const std::string& name : fixture_names()) {
     const auto loaded = load_model(name);
     double w = 0;
-    for (const auto& r : expected(name)["records"])
+    const auto e = expected(name);  // (not a temporary: the loop would read a dead object)
+    REQUIRE(e["records"].size() == 7);
+    for (const auto& r : e["records"])
       w = std::max(w, worst(teacher_forced(*loaded, ids(r["source"]), ids(r["target"])),
                             r["teacher_forced"]));
     INFO(name << ": worst |log p - reference| = " << w);
@@ -58,6 +60,7 @@ TEST_CASE("rnn-seq2seq: greedy outputs match the float64 torch reference", "[rnn
   for (const std::string& name : fixture_names()) {
     const auto loaded = load_model(name);
     const auto e = expected(name);
+    REQUIRE(e["records"].size() == 7);
     for (const auto& r : e["records"]) {
       INFO(name << " source " << r["source"].dump());
       const Greedy g = greedy(*loaded, ids(r["source"]), e["max_steps"].get<int>());
@@ -71,6 +74,7 @@ TEST_CASE("rnn-seq2seq: beam-4 outputs match the float64 torch reference (select
   for (const std::string& name : fixture_names()) {
     const auto loaded = load_model(name);
     const auto e = expected(name);
+    REQUIRE(e["records"].size() == 7);
     for (const auto& r : e["records"]) {
       INFO(name << " source " << r["source"].dump());
       const Hypothesis h =

@@ -40,6 +40,7 @@ struct RnnLayer::Impl {
   struct Prepared {
     dnnl::primitive primitive;
     memory::desc scratchpad;
+    memory weights_layer, weights_iter;  // in the primitive's layout
   };
   using Key = std::tuple<std::int32_t, std::int32_t, bool, int>;
 
@@ -48,6 +49,7 @@ struct RnnLayer::Impl {
   std::vector<float> weights_layer, weights_iter, bias;  // ldigo, ldigo, ldgo
   mutable std::mutex mutex;
   mutable std::map<Key, std::shared_ptr<const Prepared>> cache;
+  mutable std::vector<std::pair<memory::desc, memory>> reordered_layer, reordered_iter;
 
   memory::desc weights_layer_md() const {
     return {Dims{1, 1, in, gates, hidden}, memory::data_type::f32, Tag::ldigo};
@@ -67,6 +69,27 @@ struct RnnLayer::Impl {
     return {Dims{1, 1, rows, hidden}, memory::data_type::f32, Tag::ldnc};
   }
 
+  static memory::desc with_any(const memory::desc& md) {
+    return {md.dims(), md.data_type(), Tag::any};
+  }
+
+  // The weights (`plain`, in layout `from`) in layout `to`: reordered once per layout and kept
+  // (packed layouts may depend on the row count; there are few of them). Called under `mutex`.
+  memory weights_in(const memory::desc& to, const memory::desc& from,
+                    const std::vector<float>& plain) const {
+    // Keyed by the source too: with in = H, both weights have the same layout.
+    auto& reordered = &plain == &weights_layer ? reordered_layer : reordered_iter;
+    for (const auto& [desc, mem] : reordered)
+      if (desc == to) return mem;
+    memory source(from, cpu(), const_cast<float*>(plain.data()));
+    if (to == from) return source;
+    memory target(to, cpu());
+    dnnl::reorder(source, target).execute(stream(), source, target);
+    stream().wait();
+    reordered.emplace_back(to, target);
+    return target;
+  }
+
   std::shared_ptr<const Prepared> prepare(std::int32_t steps, std::int32_t rows,
                                           bool stateful) const {
     const Key key{steps, rows, stateful, thread_count()};
@@ -81,18 +104,28 @@ struct RnnLayer::Impl {
     const auto direction = dnnl::rnn_direction::unidirectional_left2right;
     const auto prop = dnnl::prop_kind::forward_inference;
     auto prepared = std::make_shared<Prepared>();
+    // Weights in `any` layout: oneDNN picks its packed / blocked one (the fast kernels need
+    // it); they are reordered from ldigo once per layout (see weights_in()).
+    const auto weights_layer_any = with_any(weights_layer_md());
+    const auto weights_iter_any = with_any(weights_iter_md());
     if (cell == Cell::lstm) {
-      dnnl::lstm_forward::desc d(prop, direction, src, state, state, weights_layer_md(),
-                                 weights_iter_md(), bias_md(), dst, state, state);
+      dnnl::lstm_forward::desc d(prop, direction, src, state, state, weights_layer_any,
+                                 weights_iter_any, bias_md(), dst, state, state);
       dnnl::lstm_forward::primitive_desc pd(d, attr, cpu());
       prepared->primitive = dnnl::lstm_forward(pd);
       prepared->scratchpad = pd.scratchpad_desc();
+      prepared->weights_layer =
+          weights_in(pd.weights_layer_desc(), weights_layer_md(), weights_layer);
+      prepared->weights_iter = weights_in(pd.weights_iter_desc(), weights_iter_md(), weights_iter);
     } else {
-      dnnl::lbr_gru_forward::desc d(prop, direction, src, state, weights_layer_md(),
-                                    weights_iter_md(), bias_md(), dst, state);
+      dnnl::lbr_gru_forward::desc d(prop, direction, src, state, weights_layer_any,
+                                    weights_iter_any, bias_md(), dst, state);
       dnnl::lbr_gru_forward::primitive_desc pd(d, attr, cpu());
       prepared->primitive = dnnl::lbr_gru_forward(pd);
       prepared->scratchpad = pd.scratchpad_desc();
+      prepared->weights_layer =
+          weights_in(pd.weights_layer_desc(), weights_layer_md(), weights_layer);
+      prepared->weights_iter = weights_in(pd.weights_iter_desc(), weights_iter_md(), weights_iter);
     }
     cache.emplace(key, prepared);
     return prepared;
@@ -104,18 +137,22 @@ struct RnnLayer::Impl {
     if (steps == 0 || rows == 0) return;
     const bool stateful = h != nullptr;
     const auto prepared = prepare(steps, rows, stateful);
+    // oneDNN's kernels expect a 64-byte aligned scratchpad.
     thread_local std::vector<char> scratch;
-    scratch.resize(prepared->scratchpad.get_size());
+    scratch.resize(prepared->scratchpad.get_size() + 64);
+    void* scratchpad = scratch.data();
+    std::size_t space = scratch.size();
+    std::align(64, prepared->scratchpad.get_size(), scratchpad, space);
     auto mem = [](const memory::desc& md, const void* data) {
       return memory(md, cpu(), const_cast<void*>(data));
     };
     std::unordered_map<int, memory> args{
         {DNNL_ARG_SRC_LAYER, mem(sequence_md(steps, rows, in), x)},
-        {DNNL_ARG_WEIGHTS_LAYER, mem(weights_layer_md(), weights_layer.data())},
-        {DNNL_ARG_WEIGHTS_ITER, mem(weights_iter_md(), weights_iter.data())},
+        {DNNL_ARG_WEIGHTS_LAYER, prepared->weights_layer},
+        {DNNL_ARG_WEIGHTS_ITER, prepared->weights_iter},
         {DNNL_ARG_BIAS, mem(bias_md(), bias.data())},
         {DNNL_ARG_DST_LAYER, mem(sequence_md(steps, rows, hidden), y)},
-        {DNNL_ARG_SCRATCHPAD, mem(prepared->scratchpad, scratch.data())},
+        {DNNL_ARG_SCRATCHPAD, mem(prepared->scratchpad, scratchpad)},
     };
     if (stateful) {
       const auto state = state_md(rows, true);
