@@ -62,15 +62,38 @@ TEST_CASE("rnn-seq2seq: masque run decodes like the reference (greedy)", "[rnn][
   }
 }
 
-TEST_CASE("rnn-seq2seq: masque run with beam search and a bad model folder", "[rnn][e2e]") {
-  const auto run =
-      run_masque({"run", pipeline("lstm-luong", "beam"), "-q", "--set", "decoder.beam_size=4",
-                  "--set", "decoder.num_hypotheses=4", "--format", "nbest"},
-                 "s4 s5 s6\ns7\ns8 s9 s10 s11\n");
-  INFO(run.err);
-  REQUIRE(run.exit_code == 0);
-  CHECK(!run.out.empty());
+TEST_CASE(
+    "rnn-seq2seq: masque run with beam search: batches of mixed lengths equal one "
+    "record at a time",
+    "[rnn][e2e]") {
+  std::string input;
+  for (int i = 0; i < 60; ++i) {  // lengths 1 to 15, in no order
+    std::string line;
+    for (int t = 0; t <= (i * 7) % 15; ++t)
+      line += (t ? " s" : "s") + std::to_string(4 + (i * 5 + t * 3) % 16);
+    input += line + "\n";
+  }
+  const auto file = pipeline("lstm-luong", "beam");
+  std::vector<std::vector<nlohmann::json>> outputs;
+  for (const char* batch : {"1", "32"}) {
+    const auto run = run_masque({"run", file, "-q", "--set", "decoder.beam_size=4", "--set",
+                                 std::string("task.max_batch_size=") + batch},
+                                input);
+    INFO(run.err);
+    REQUIRE(run.exit_code == 0);
+    outputs.push_back(parse_jsonl(run.out));
+    REQUIRE(outputs.back().size() == 60);
+  }
+  for (std::size_t i = 0; i < 60; ++i) {
+    INFO("record " << i);
+    CHECK(outputs[0][i]["tokens"] == outputs[1][i]["tokens"]);
+    CHECK(std::abs(outputs[0][i]["score"].get<double>() - outputs[1][i]["score"].get<double>()) <
+          1e-5);
+  }
+}
 
+TEST_CASE("rnn-seq2seq: masque run with a bad model folder is a configuration error",
+          "[rnn][e2e]") {
   const auto bad = run_masque({"run", pipeline("lstm-luong", "greedy"), "-q", "--set",
                                "model.path=" + (fixture_dir("lstm-luong") / "missing").string()},
                               "s4\n");

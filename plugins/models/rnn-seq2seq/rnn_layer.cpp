@@ -32,7 +32,7 @@ dnnl::stream& stream() {
 
 // Primitives are created per (steps, rows, stateful, threads); a run with many distinct source
 // lengths and batch sizes would otherwise keep adding. Beyond this, the cache starts over.
-constexpr std::size_t kMaxCached = 512;
+constexpr std::size_t kMaxCached = 128;
 
 }  // namespace
 
