@@ -1,0 +1,146 @@
+#!/usr/bin/python3
+"""masque's rnn-seq2seq against PyTorch (nn.LSTM / nn.GRU + the same attention) on the same
+random-weight model and the same sources, in the same run: encoding and greedy decoding at
+batch 1 and 32, one thread each. Called by run.sh:
+
+    bench.py BENCH_RNN_BINARY WORK_DIR
+
+The model is tests/rnn/reference_rnn.py's Seq2Seq at a small-NMT size, saved as an rnn-seq2seq
+folder; PyTorch runs it batched in float32 (packed sequences for the encoder, masked attention).
+"""
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+
+import torch
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_sequence
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/rnn"))
+import reference_rnn as ref  # noqa: E402
+
+SOURCES, MIN_LEN, MAX_LEN = 32, 10, 30
+STEPS = int(os.environ.get("STEPS", "20"))
+REPEATS = int(os.environ.get("REPEATS", "3"))
+BATCH_SIZES = [1, 32]
+
+
+def bench_config(cell):
+    c = ref.config_of("bench", dict(cell=cell, attention="bahdanau"))
+    c.update(source_vocab_size=8000, target_vocab_size=8000, embedding_size=256,
+             encoder_layers=2, encoder_hidden_size=256, decoder_layers=2,
+             decoder_hidden_size=512, attention_size=512)
+    return c
+
+
+class Peer:
+    """The README's model, batched, in float32."""
+
+    def __init__(self, model):
+        self.m = model.float().eval()
+        self.c = model.c
+
+    def encode(self, sources):
+        m, c = self.m, self.c
+        lengths = torch.tensor([len(s) for s in sources])
+        padded = pad_sequence([torch.tensor(s) for s in sources], batch_first=True)
+        x = m.encoder.embed_tokens(padded)
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, final = m.encoder.rnn(packed)
+        memory, _ = pad_packed_sequence(out, batch_first=True)
+        h_n = final[0] if c["cell"] == "lstm" else final
+        top = torch.cat([h_n[-2], h_n[-1]], dim=1)
+        b, layers, hd = len(sources), c["decoder_layers"], c["decoder_hidden_size"]
+        h0 = torch.tanh(m.bridge(top)).view(b, layers, hd).transpose(0, 1).contiguous()
+        state = (h0, torch.zeros_like(h0)) if c["cell"] == "lstm" else h0
+        keys = m.decoder.attention.key_proj(memory)
+        pads = torch.arange(memory.shape[1])[None, :] >= lengths[:, None]
+        return memory, keys, pads, state, torch.zeros(b, hd)
+
+    def step(self, memory, keys, pads, state, feed, tokens):
+        m = self.m
+        att = m.decoder.attention
+        x = torch.cat([m.decoder.embed_tokens(tokens), feed], dim=1)
+        out, state = m.decoder.rnn(x[:, None], state)
+        s = out[:, 0]
+        scores = att.v(torch.tanh(att.query_proj(s)[:, None] + keys)).squeeze(-1)
+        alpha = torch.softmax(scores.masked_fill(pads, float("-inf")), dim=1)
+        context = torch.bmm(alpha[:, None], memory)[:, 0]
+        a = torch.tanh(att.out_proj(torch.cat([context, s], dim=1)))
+        return m.generator(a).argmax(dim=1), state, a
+
+
+@torch.inference_mode()
+def torch_run(peer, sources, batch_size, start):
+    encode_ms = decode_ms = 0.0
+    tokens_out = []
+    for first in range(0, len(sources), batch_size):
+        rows = sources[first:first + batch_size]
+        t = time.perf_counter()
+        memory, keys, pads, state, feed = peer.encode(rows)
+        encode_ms += (time.perf_counter() - t) * 1e3
+        tokens = torch.full((len(rows),), start, dtype=torch.long)
+        out = []
+        t = time.perf_counter()
+        for _ in range(STEPS):
+            tokens, state, feed = peer.step(memory, keys, pads, state, feed, tokens)
+            out.append(tokens)
+        decode_ms += (time.perf_counter() - t) * 1e3
+        tokens_out += torch.stack(out, dim=1).tolist()
+    return encode_ms, decode_ms, tokens_out
+
+
+def cpu_name():
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        return next(l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("Model name"))
+    except (OSError, StopIteration):
+        return platform.processor()
+
+
+def main():
+    binary, work = sys.argv[1], sys.argv[2]
+    torch.set_num_threads(1)
+    rng = random.Random(7)
+    print(f"CPU: {cpu_name()}; PyTorch {torch.__version__}, 1 thread; masque 1 thread")
+    print(f"{SOURCES} sources of {MIN_LEN}-{MAX_LEN} tokens, {STEPS} greedy steps each; "
+          f"times are totals over all sources, min of {REPEATS} runs")
+    print(f"{'model':<6} {'batch':>5} {'phase':<7} {'masque ms':>10} {'torch ms':>10} "
+          f"{'torch/masque':>13}")
+    worst = float("inf")
+    for cell in ("lstm", "gru"):
+        c = bench_config(cell)
+        folder = os.path.join(work, cell)
+        os.makedirs(folder, exist_ok=True)
+        model = ref.make_model(c, 99)
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(c, f)
+        ref.write_safetensors(os.path.join(folder, "model.safetensors"), model.state_dict())
+        sources = [[rng.randrange(4, c["source_vocab_size"])
+                    for _ in range(rng.randint(MIN_LEN, MAX_LEN))] for _ in range(SOURCES)]
+        with open(os.path.join(work, "input.json"), "w") as f:
+            json.dump({"batch_sizes": BATCH_SIZES, "sources": sources, "steps": STEPS,
+                       "repeats": REPEATS}, f)
+        masque = json.loads(subprocess.run([binary, folder, os.path.join(work, "input.json")],
+                                           check=True, capture_output=True, text=True).stdout)
+        peer = Peer(model)
+        for result in masque["results"]:
+            b = result["batch_size"]
+            runs = [torch_run(peer, sources, b, c["decoder_start_token_id"])
+                    for _ in range(REPEATS)]
+            enc, dec = min(r[0] for r in runs), min(r[1] for r in runs)
+            same = sum(x == y for x, y in zip(result["tokens"], runs[0][2]))
+            for phase, ours, theirs in (("encode", result["encode_ms"], enc),
+                                        ("decode", result["decode_ms"], dec)):
+                ratio = theirs / ours
+                worst = min(worst, ratio)
+                print(f"{cell:<6} {b:>5} {phase:<7} {ours:>10.2f} {theirs:>10.2f} {ratio:>12.2f}x")
+            print(f"{'':<6} {b:>5} outputs: {same}/{len(sources)} greedy sequences identical")
+    print(f"worst ratio {worst:.2f}x (target >= 2x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# rnn-seq2seq vs PyTorch nn.LSTM / nn.GRU (issue 26): the same model and sources in the same run,
+# encoding and greedy decoding at batch 1 and 32, one thread each (see README.md).
+#
+#   bench/rnn/run.sh [BUILD_DIR]     (default: build next to this repository's CMakeLists.txt)
+#   environment: STEPS=20 (greedy steps per source), REPEATS=3 (min of), OPENBLAS_DIR (as
+#                bench/fetch-openblas.sh --find: PyTorch's BLAS; else the system's libblas.so.3)
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+python=${MASQUE_TORCH_PYTHON:-/usr/bin/python3}  # Debian's, with python3-torch
+env=(env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1)
+blas="system libblas.so.3 -> $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 || echo none)"
+if openblas=$("$root/bench/fetch-openblas.sh" --find "$build"); then
+  env+=("LD_LIBRARY_PATH=$openblas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+  blas="OpenBLAS from $openblas"
+fi
+cmake --build "$build" --target bench_rnn >/dev/null
+work=$build/bench/rnn-work
+mkdir -p "$work"
+echo "PyTorch BLAS: $blas"
+"${env[@]}" "$python" "$here/bench.py" "$build/bin/bench_rnn" "$work"

@@ -1,0 +1,48 @@
+// The bidirectional recurrent encoder (torch nn.LSTM / nn.GRU with bidirectional=True), run
+// so that padding never reaches a real state.
+//
+// oneDNN has no packed sequences. Right padding is harmless to the forward direction (pads come
+// after every real step, and their outputs are dropped), but the backward direction would start
+// from the pads. So each layer runs two left-to-right primitives: the forward one on the tokens
+// as given, the backward one on each row's real tokens reversed (row b's step t is token
+// len_b - 1 - t, pads after); the outputs are put back in source order and concatenated, which
+// is the next layer's input. Cost: two primitive calls per layer instead of one and a copy of
+// the layer's output; padded steps are still computed (and thrown away), as with any padding.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "masque/tensor.hpp"
+#include "rnn_layer.hpp"
+
+namespace masque::rnn {
+
+struct EncoderOutput {
+  std::int32_t batch = 0, length = 0;  // length: the longest row
+  std::vector<std::int32_t> lengths;   // real tokens per row
+  Tensor memory;                       // [batch, length, 2H]: [forward | backward]; pads zero
+  Tensor final_state;  // [batch, 2H]: forward after the last token | backward after the first
+};
+
+struct EncoderLayer {
+  RnnLayer forward, backward;
+};
+
+class Encoder {
+ public:
+  Encoder() = default;
+  Encoder(Tensor embeddings, std::vector<EncoderLayer> layers);
+
+  std::int64_t hidden_size() const { return layers_.front().forward.hidden_size(); }
+
+  // rows[b]: row b's source ids (no pads). Ids outside the table: RecordError.
+  EncoderOutput encode(const std::vector<std::vector<TokenId>>& rows) const;
+
+ private:
+  Tensor embeddings_;  // [source vocab, E]
+  std::vector<EncoderLayer> layers_;
+};
+
+}  // namespace masque::rnn

@@ -1,0 +1,42 @@
+// One recurrent layer in one direction (a torch nn.LSTM / nn.GRU layer) on oneDNN's
+// `lstm_forward` or `lbr_gru_forward` primitive.
+//
+// The torch weights are reordered once at construction into oneDNN's ldigo / ldgo layouts:
+// torch stacks gates as rows [G*H, in] in the order i f g o (LSTM) and r z n (GRU); oneDNN wants
+// [in][gate][H] in the order i f c o (LSTM: the same) and u r o (linear-before-reset GRU, u = z),
+// with one bias per gate (b_ih + b_hh) plus, for the GRU, the new gate's hidden bias b_hn on its
+// own (it sits inside r * (W_hn h + b_hn)).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "masque/tensor.hpp"
+#include "rnn_config.hpp"
+
+namespace masque::rnn {
+
+class RnnLayer {
+ public:
+  RnnLayer() = default;
+  // w_ih [G*H, in], w_hh [G*H, H], b_ih and b_hh [G*H] in torch's gate order (G = 4 LSTM, 3 GRU).
+  RnnLayer(Cell cell, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
+           const Tensor& b_hh);
+
+  std::int64_t input_size() const;
+  std::int64_t hidden_size() const;
+
+  // `steps` time steps of `batch` rows from a zero state: x [steps][batch][in] -> y
+  // [steps][batch][H] (the hidden state after each step).
+  void run(std::int32_t steps, std::int32_t batch, const float* x, float* y) const;
+  // One step of `batch` rows from the state (h, c) [batch][H] (c: LSTM only, else null):
+  // x [batch][in] -> h_out, c_out. No output may alias an input.
+  void step(std::int32_t batch, const float* x, const float* h, const float* c, float* h_out,
+            float* c_out) const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace masque::rnn

@@ -1,0 +1,42 @@
+// Model plugin `rnn-seq2seq`: LSTM/GRU encoder-decoders with Bahdanau or Luong attention and
+// input feeding (OpenNMT-py / Nematus-style RNN translation models), on oneDNN's RNN
+// primitives. config.json keys and tensor names: README.md.
+#include "masque/params.hpp"
+#include "masque/plugin.hpp"
+#include "rnn_model.hpp"
+
+namespace {
+
+masque::Plugin* create(const masque::Params& params) {
+  return new masque::rnn::RnnSeq2SeqModel(params.get_string("path"));
+}
+
+const masque::ParamSpec kParams[] = {
+    {.name = "path",
+     .type = masque::ParamType::path,
+     .help = "the model folder: config.json (cell, sizes, attention, special tokens; keys listed "
+             "in the plugin's README.md) and model.safetensors with torch nn.LSTM/nn.GRU tensor "
+             "names (encoder.rnn.weight_ih_l0, ..._reverse, decoder.rnn.*, "
+             "decoder.attention.*, generator.weight)",
+     .flags = masque::kParamRequired},
+};
+
+const masque::PluginDescriptor* descriptor() {
+  static const masque::PluginDescriptor d{
+      .kind = masque::PluginKind::model,
+      .name = "rnn-seq2seq",
+      .version = "1.0.0",
+      .license = "MIT",
+      .description =
+          "LSTM/GRU encoder-decoder with Bahdanau or Luong attention (bidirectional encoder, "
+          "input feeding) on oneDNN's RNN primitives; decodes step by step via the seq2seq task",
+      .params = kParams,
+      .num_params = sizeof(kParams) / sizeof(kParams[0]),
+      .create = create,
+  };
+  return &d;
+}
+
+}  // namespace
+
+MASQUE_PLUGIN(descriptor)

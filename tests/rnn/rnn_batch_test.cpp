@@ -1,0 +1,119 @@
+// Padding never changes a result: a batch of mixed-length sources decodes every record as it
+// decodes alone; select(), fork() and query steps (append = false) keep rows independent.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "rnn_support.hpp"
+
+using namespace masque;
+using namespace masque::test::rnn;
+
+namespace {
+
+// Teacher-forced logits of every record, all in one batch: rows[r][step] = logits.
+std::vector<std::vector<std::vector<float>>> batched_logits(
+    const Model& model, const std::vector<std::vector<TokenId>>& sources,
+    const std::vector<std::vector<TokenId>>& targets) {
+  const std::int32_t vocab = model.info().vocab_size;
+  auto state = model.start(source_batch(sources, 7), nullptr);  // pads hold a real id
+  std::size_t steps = 0;
+  for (const auto& t : targets) steps = std::max(steps, t.size() + 1);
+  std::vector<std::vector<std::vector<float>>> out(sources.size());
+  for (std::size_t s = 0; s < steps; ++s) {
+    std::vector<TokenId> tokens;
+    for (const auto& t : targets)  // past its target a row is fed </s> (and not compared)
+      tokens.push_back(s == 0 ? model.info().decoder_start
+                              : (s - 1 < t.size() ? t[s - 1] : model.info().eos));
+    Tensor logits;
+    StepInput input;
+    input.tokens = tokens;
+    model.step(*state, input, logits);
+    for (std::size_t r = 0; r < sources.size(); ++r)
+      if (s <= targets[r].size())
+        out[r].emplace_back(logits.f32() + r * vocab, logits.f32() + (r + 1) * vocab);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("rnn-seq2seq: a batch of mixed lengths equals one record at a time", "[rnn]") {
+  for (const std::string& name : fixture_names()) {
+    const auto loaded = load_model(name);
+    std::vector<std::vector<TokenId>> sources, targets;
+    const auto e = expected(name);  // (not a temporary: the loop would read a dead object)
+    REQUIRE(e["records"].size() == 7);
+    for (const auto& r : e["records"]) {
+      sources.push_back(r["source"].get<std::vector<TokenId>>());
+      targets.push_back(r["target"].get<std::vector<TokenId>>());
+    }
+    const auto together = batched_logits(*loaded, sources, targets);
+    double worst = 0;
+    for (std::size_t r = 0; r < sources.size(); ++r) {
+      const auto alone = batched_logits(*loaded, {sources[r]}, {targets[r]});
+      REQUIRE(alone[0].size() == together[r].size());
+      for (std::size_t s = 0; s < alone[0].size(); ++s)
+        for (std::size_t v = 0; v < alone[0][s].size(); ++v)
+          worst = std::max(worst, double{std::abs(alone[0][s][v] - together[r][s][v])});
+    }
+    INFO(name << ": worst |logit alone - logit in a batch| = " << worst);
+    // Only the GEMM blocking of a different row count may differ: float rounding.
+    CHECK(worst < 1e-5);
+  }
+}
+
+TEST_CASE("rnn-seq2seq: select() replicates and drops rows, fork() is a deep copy", "[rnn]") {
+  const auto loaded = load_model("lstm-luong");
+  const Model& model = *loaded;
+  const std::int32_t vocab = model.info().vocab_size;
+  auto state = model.start(source_batch({{4, 5, 6}, {7, 8}}), nullptr);
+  const TokenId start[] = {1, 1};
+  Tensor logits;
+  StepInput input;
+  input.tokens = start;
+  model.step(*state, input, logits);
+
+  auto copy = state->fork();
+  const std::int32_t rows[] = {1, 1, 0};
+  state->select(rows);
+  REQUIRE(state->rows() == 3);
+  const TokenId next[] = {9, 9, 9};
+  input.tokens = next;
+  Tensor selected;
+  model.step(*state, input, selected);
+
+  const TokenId next2[] = {9, 9};
+  input.tokens = next2;
+  Tensor original;
+  model.step(*copy, input, original);  // the fork did not see select()
+  for (std::int32_t v = 0; v < vocab; ++v) {
+    CHECK(selected.f32()[v] == original.f32()[vocab + v]);
+    CHECK(selected.f32()[vocab + v] == original.f32()[vocab + v]);
+    CHECK(selected.f32()[2 * vocab + v] == original.f32()[v]);
+  }
+  const std::int32_t bad[] = {3};
+  CHECK_THROWS_AS(state->select(bad), RuntimeError);
+}
+
+TEST_CASE("rnn-seq2seq: a query step (append = false) leaves the state as it was", "[rnn]") {
+  const auto loaded = load_model("gru-bahdanau");
+  const Model& model = *loaded;
+  auto a = model.start(source_batch({{4, 5, 6}}), nullptr);
+  auto b = a->fork();
+  const TokenId start[] = {1}, query[] = {13}, next[] = {5};
+  Tensor la, lb;
+  StepInput input;
+  input.tokens = start;
+  model.step(*a, input, la);
+  model.step(*b, input, lb);
+  input.tokens = query;
+  input.append = false;
+  model.step(*a, input, la);  // not kept
+  input.tokens = next;
+  input.append = true;
+  model.step(*a, input, la);
+  model.step(*b, input, lb);
+  for (std::int32_t v = 0; v < model.info().vocab_size; ++v) CHECK(la.f32()[v] == lb.f32()[v]);
+}

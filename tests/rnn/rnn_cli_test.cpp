@@ -1,0 +1,102 @@
+// End to end through the CLI: `masque run` with task seq2seq, model rnn-seq2seq and the vocab
+// tokenizer on a fixture gives the reference's greedy outputs and log-probs.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "rnn_support.hpp"
+#include "test_support.hpp"
+
+using namespace masque::test;
+using namespace masque::test::rnn;
+
+namespace {
+
+std::string pipeline(const std::string& fixture, const std::string& decoder) {
+  const auto dir = fixture_dir(fixture);
+  const auto file = scratch_dir("rnn-cli-" + fixture + "-" + decoder) / "pipeline.yaml";
+  write_file(file,
+             "task: seq2seq\n"
+             "model:\n  plugin: rnn-seq2seq\n  path: " +
+                 dir.string() +
+                 "\n"
+                 "tokenizer:\n  plugin: vocab\n  vocab: " +
+                 (dir / "source_vocab.txt").string() +
+                 "\n"
+                 "target_tokenizer:\n  plugin: vocab\n  vocab: " +
+                 (dir / "target_vocab.txt").string() +
+                 "\n"
+                 "decoder:\n  plugin: " +
+                 decoder + "\n  max_new_tokens: 12\n  min_new_tokens: 0\n");
+  return file.string();
+}
+
+}  // namespace
+
+TEST_CASE("rnn-seq2seq: masque run decodes like the reference (greedy)", "[rnn][e2e]") {
+  for (const std::string name : {"lstm-bahdanau", "gru-luong"}) {
+    const auto e = expected(name);
+    std::string input;
+    for (const auto& r : e["records"]) {
+      std::string line;
+      for (const auto& id : r["source"])
+        line += (line.empty() ? "s" : " s") + std::to_string(id.get<int>());
+      input += line + "\n";
+    }
+    const auto run = run_masque(
+        {"run", pipeline(name, "greedy"), "-q", "--set", "task.token_logprobs=true"}, input);
+    INFO(run.err);
+    REQUIRE(run.exit_code == 0);
+    const auto out = parse_jsonl(run.out);
+    REQUIRE(out.size() == e["records"].size());
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      const auto& want = e["records"][i];
+      INFO(name << " " << want["source"].dump() << " -> " << out[i].dump());
+      CHECK(out[i]["tokens"] == want["greedy"]);
+      const auto& logprobs = out[i]["token_logprobs"];
+      REQUIRE(logprobs.size() == want["greedy_logprobs"].size());
+      for (std::size_t t = 0; t < logprobs.size(); ++t)
+        CHECK(std::abs(logprobs[t].get<double>() - want["greedy_logprobs"][t].get<double>()) <
+              1e-4);
+    }
+  }
+}
+
+TEST_CASE(
+    "rnn-seq2seq: masque run with beam search: batches of mixed lengths equal one "
+    "record at a time",
+    "[rnn][e2e]") {
+  std::string input;
+  for (int i = 0; i < 60; ++i) {  // lengths 1 to 15, in no order
+    std::string line;
+    for (int t = 0; t <= (i * 7) % 15; ++t)
+      line += (t ? " s" : "s") + std::to_string(4 + (i * 5 + t * 3) % 16);
+    input += line + "\n";
+  }
+  const auto file = pipeline("lstm-luong", "beam");
+  std::vector<std::vector<nlohmann::json>> outputs;
+  for (const char* batch : {"1", "32"}) {
+    const auto run = run_masque({"run", file, "-q", "--set", "decoder.beam_size=4", "--set",
+                                 std::string("task.max_batch_size=") + batch},
+                                input);
+    INFO(run.err);
+    REQUIRE(run.exit_code == 0);
+    outputs.push_back(parse_jsonl(run.out));
+    REQUIRE(outputs.back().size() == 60);
+  }
+  for (std::size_t i = 0; i < 60; ++i) {
+    INFO("record " << i);
+    CHECK(outputs[0][i]["tokens"] == outputs[1][i]["tokens"]);
+    CHECK(std::abs(outputs[0][i]["score"].get<double>() - outputs[1][i]["score"].get<double>()) <
+          1e-5);
+  }
+}
+
+TEST_CASE("rnn-seq2seq: masque run with a bad model folder is a configuration error",
+          "[rnn][e2e]") {
+  const auto bad = run_masque({"run", pipeline("lstm-luong", "greedy"), "-q", "--set",
+                               "model.path=" + (fixture_dir("lstm-luong") / "missing").string()},
+                              "s4\n");
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("config.json"));
+}

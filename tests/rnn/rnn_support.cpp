@@ -1,0 +1,171 @@
+#include "rnn_support.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <tuple>
+
+#include "masque/params.hpp"
+#include "masque/plugin.hpp"
+#include "test_support.hpp"
+
+namespace masque::test::rnn {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string>& fixture_names() {
+  static const std::vector<std::string> names{"gru-bahdanau", "gru-luong", "lstm-bahdanau",
+                                              "lstm-luong"};
+  return names;
+}
+
+fs::path fixture_dir(const std::string& name) {
+  return fs::path(RNN_FIXTURE_DIR) / name;
+}
+
+nlohmann::json expected(const std::string& name) {
+  return nlohmann::json::parse(read_file(fixture_dir(name) / "expected.json"));
+}
+
+boost::dll::shared_library open_plugin() {
+  return boost::dll::shared_library((plugin_dir() / "libmasque-model-rnn-seq2seq.so").string());
+}
+
+LoadedModel load_model(const boost::dll::shared_library& library, const fs::path& folder) {
+  LoadedModel loaded;
+  loaded.library = library;
+  const PluginDescriptor* d =
+      loaded.library.get_alias<const PluginDescriptor*()>("masque_plugin_descriptor")();
+  Params params;
+  params.set("path", folder.string());
+  std::unique_ptr<Plugin> plugin(d->create(params));
+  auto* model = dynamic_cast<Model*>(plugin.get());
+  if (!model) throw std::runtime_error("the rnn-seq2seq plugin did not create a Model");
+  plugin.release();
+  loaded.model.reset(model);
+  return loaded;
+}
+
+Batch source_batch(const std::vector<std::vector<TokenId>>& rows, TokenId pad) {
+  Batch batch;
+  batch.batch = static_cast<std::int32_t>(rows.size());
+  for (const auto& r : rows)
+    batch.length = std::max(batch.length, static_cast<std::int32_t>(r.size()));
+  const auto n = static_cast<std::size_t>(batch.batch) * batch.length;
+  batch.ids.assign(n, pad);
+  batch.positions.assign(n, 0);
+  batch.attention.reset(batch.batch, batch.length);
+  for (std::int32_t b = 0; b < batch.batch; ++b) {
+    SequenceMask mask;
+    for (std::size_t t = 0; t < rows[b].size(); ++t) {
+      batch.ids[b * batch.length + t] = rows[b][t];
+      batch.positions[b * batch.length + t] = static_cast<std::int32_t>(t);
+      mask.rank.push_back(0);
+      mask.role.push_back(TokenRole::content);
+    }
+    batch.attention.set_row(b, mask);
+  }
+  return batch;
+}
+
+std::vector<double> log_softmax_row(const float* row, std::int32_t vocab) {
+  double top = row[0];
+  for (std::int32_t v = 1; v < vocab; ++v) top = std::max(top, double{row[v]});
+  double sum = 0;
+  for (std::int32_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - top);
+  std::vector<double> out(vocab);
+  for (std::int32_t v = 0; v < vocab; ++v) out[v] = row[v] - top - std::log(sum);
+  return out;
+}
+
+namespace {
+
+std::vector<double> step_one(const Model& model, DecodeState& state, TokenId token) {
+  Tensor logits;
+  const TokenId tokens[] = {token};
+  StepInput input;
+  input.tokens = tokens;
+  model.step(state, input, logits);
+  return log_softmax_row(logits.f32(), model.info().vocab_size);
+}
+
+}  // namespace
+
+std::vector<double> teacher_forced(const Model& model, const std::vector<TokenId>& source,
+                                   const std::vector<TokenId>& target) {
+  auto state = model.start(source_batch({source}), nullptr);
+  std::vector<double> out;
+  TokenId prev = model.info().decoder_start;
+  std::vector<TokenId> next(target);
+  next.push_back(model.info().eos);
+  for (TokenId t : next) {
+    out.push_back(step_one(model, *state, prev)[t]);
+    prev = t;
+  }
+  return out;
+}
+
+Greedy greedy(const Model& model, const std::vector<TokenId>& source, int max_steps) {
+  auto state = model.start(source_batch({source}), nullptr);
+  Greedy g;
+  TokenId prev = model.info().decoder_start;
+  for (int s = 0; s < max_steps; ++s) {
+    const auto logp = step_one(model, *state, prev);
+    prev = static_cast<TokenId>(std::max_element(logp.begin(), logp.end()) - logp.begin());
+    g.logprobs.push_back(logp[prev]);
+    if (prev == model.info().eos) break;
+    g.tokens.push_back(prev);
+  }
+  return g;
+}
+
+Hypothesis beam(const Model& model, const std::vector<TokenId>& source, int beam_size,
+                int max_steps) {
+  const std::int32_t vocab = model.info().vocab_size;
+  const TokenId eos = model.info().eos;
+  auto state = model.start(source_batch({source}), nullptr);
+  std::vector<Hypothesis> live{{}};
+  std::vector<Hypothesis> finished;
+  for (int s = 0; s < max_steps; ++s) {
+    std::vector<TokenId> tokens;
+    for (const Hypothesis& h : live)
+      tokens.push_back(h.tokens.empty() ? model.info().decoder_start : h.tokens.back());
+    Tensor logits;
+    StepInput input;
+    input.tokens = tokens;
+    model.step(*state, input, logits);
+    std::vector<std::tuple<double, std::int32_t, TokenId>> candidates;
+    for (std::size_t b = 0; b < live.size(); ++b) {
+      const auto logp = log_softmax_row(logits.f32() + b * vocab, vocab);
+      for (TokenId v = 0; v < vocab; ++v)
+        candidates.emplace_back(live[b].score + logp[v], static_cast<std::int32_t>(b), v);
+    }
+    std::sort(candidates.begin(), candidates.end(), [](const auto& x, const auto& y) {
+      if (std::get<0>(x) != std::get<0>(y)) return std::get<0>(x) > std::get<0>(y);
+      return std::tie(std::get<1>(x), std::get<2>(x)) < std::tie(std::get<1>(y), std::get<2>(y));
+    });
+    std::vector<Hypothesis> next;
+    std::vector<std::int32_t> rows;
+    for (int k = 0; k < beam_size; ++k) {
+      const auto& [score, b, v] = candidates[k];
+      if (v == eos) {
+        finished.push_back({live[b].tokens, score});
+        continue;
+      }
+      Hypothesis h{live[b].tokens, score};
+      h.tokens.push_back(v);
+      next.push_back(std::move(h));
+      rows.push_back(b);
+    }
+    state->select(rows);
+    live = std::move(next);
+    if (live.empty() || static_cast<int>(finished.size()) >= beam_size) break;
+  }
+  finished.insert(finished.end(), live.begin(), live.end());
+  Hypothesis best = finished.front();
+  for (const Hypothesis& h : finished)
+    if (h.score > best.score) best = h;
+  return best;
+}
+
+}  // namespace masque::test::rnn

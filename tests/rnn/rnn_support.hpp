@@ -1,0 +1,63 @@
+// Shared helpers of the rnn-seq2seq tests: the plugin, the generated fixtures and their
+// expected outputs, source batches, and teacher forcing / greedy / beam search written
+// exactly as reference_rnn.py does them.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/dll/shared_library.hpp>
+#include <nlohmann/json.hpp>
+
+#include "masque/error.hpp"
+#include "masque/model.hpp"
+
+namespace masque::test::rnn {
+
+// The four fixtures reference_rnn.py writes.
+const std::vector<std::string>& fixture_names();
+std::filesystem::path fixture_dir(const std::string& name);
+nlohmann::json expected(const std::string& name);  // expected.json
+
+// The model plugin and its library (declared first: destroyed last). Exceptions thrown by
+// the plugin must be handled while the library is loaded.
+struct LoadedModel {
+  boost::dll::shared_library library;
+  std::unique_ptr<Model> model;
+  const Model& operator*() const { return *model; }
+  const Model* operator->() const { return model.get(); }
+};
+boost::dll::shared_library open_plugin();
+LoadedModel load_model(const boost::dll::shared_library& library,
+                       const std::filesystem::path& folder);
+inline LoadedModel load_model(const std::string& fixture) {
+  return load_model(open_plugin(), fixture_dir(fixture));
+}
+
+// A right-padded source batch (pad id `pad`, role pad).
+Batch source_batch(const std::vector<std::vector<TokenId>>& rows, TokenId pad = 0);
+
+std::vector<double> log_softmax_row(const float* row, std::int32_t vocab);
+
+// log p(target_s | ...) for every target token and the final </s>, one record alone.
+std::vector<double> teacher_forced(const Model& model, const std::vector<TokenId>& source,
+                                   const std::vector<TokenId>& target);
+
+struct Greedy {
+  std::vector<TokenId> tokens;   // without </s>
+  std::vector<double> logprobs;  // per step, </s> included when produced
+};
+Greedy greedy(const Model& model, const std::vector<TokenId>& source, int max_steps);
+
+struct Hypothesis {
+  std::vector<TokenId> tokens;
+  double score = 0;
+};
+// reference_rnn.py's beam(), through DecodeState::select().
+Hypothesis beam(const Model& model, const std::vector<TokenId>& source, int beam_size,
+                int max_steps);
+
+}  // namespace masque::test::rnn
