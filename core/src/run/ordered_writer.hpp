@@ -41,7 +41,7 @@ class ResultQueue {
 
 struct WriterOptions {
   OutputFormat format = OutputFormat::jsonl;
-  std::vector<std::string> tsv_columns;
+  std::vector<std::string> tsv_columns{};
   bool unbuffered = false;
   bool keep_fields = false;    // copy the input fields into each JSON output record
   bool report_errors = false;  // one stderr line per failed record
