@@ -9,10 +9,10 @@
 #include <thread>
 
 #include "masque/error.hpp"
+#include "masque/tokenizer_files.hpp"
 #include "pretokenizer.hpp"
 #include "regex.hpp"
 #include "tok_test_util.hpp"
-#include "masque/tokenizer_files.hpp"
 
 using namespace masque;
 using namespace masque::test;

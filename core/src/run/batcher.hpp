@@ -6,8 +6,8 @@
 #include <exception>
 #include <functional>
 #include <memory>
-#include <string>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "run/settings.hpp"

@@ -1,6 +1,6 @@
-// The Llama family's network (Llama, Qwen2; Mistral-style sliding windows): RMSNorm pre-norm blocks, rotary
-// positions (rotate_half), grouped-query attention, a SwiGLU MLP. A plugin reads what its
-// config says about biases and sliding windows into LlamaFamily; the rest is read here.
+// The Llama family's network (Llama, Qwen2; Mistral-style sliding windows): RMSNorm pre-norm
+// blocks, rotary positions (rotate_half), grouped-query attention, a SwiGLU MLP. A plugin reads
+// what its config says about biases and sliding windows into LlamaFamily; the rest is read here.
 #pragma once
 
 #include <cmath>
