@@ -18,22 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* safetensors_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return "F32";
-    case DType::f16:
-      return "F16";
-    case DType::bf16:
-      return "BF16";
-    case DType::i32:
-      return "I32";
-    case DType::i8:
-      return "I8";
-  }
-  return "?";
-}
-
 // A file descriptor that writes everything or throws, and is closed on every path.
 class OutputFile {
  public:
@@ -129,7 +113,8 @@ void write_safetensors(const fs::path& file, const std::vector<NamedTensor>& ten
             [&](std::size_t a, std::size_t b) { return tensors[a].name < tensors[b].name; });
   for (std::size_t i : order) {
     const Tensor& t = tensors[i].tensor;
-    header[tensors[i].name] = {{"dtype", safetensors_dtype(t.dtype())},
+    // to_string(DType) gives the safetensors names (F32, BF16, ...).
+    header[tensors[i].name] = {{"dtype", to_string(t.dtype())},
                                {"shape", t.shape()},
                                {"data_offsets", {begin[i], begin[i] + t.bytes()}}};
   }
