@@ -8,6 +8,7 @@
 #include <unicode/uchar.h>
 #include <unicode/utext.h>
 
+#include "icu_find_all.hpp"
 #include "utf8.hpp"
 
 namespace masque::bpe {
@@ -45,6 +46,21 @@ const BmpTable& bmp() {
   return table;
 }
 
+// Class and byte length of the code point at byte i of `text` (i < its size): the scanners'
+// one decoding step, an ASCII byte straight from the table.
+inline CharClass class_at(std::string_view text, const std::uint8_t* table, std::size_t i, int& len,
+                          const char* scanner) {
+  const auto c = static_cast<unsigned char>(text[i]);
+  if (c < 0x80) {
+    len = 1;
+    return static_cast<CharClass>(table[c]);
+  }
+  char32_t cp = 0;
+  len = tok::decode_utf8(text, i, cp);
+  if (len == 0) throw std::invalid_argument(std::string(scanner) + ": invalid UTF-8");
+  return cp < 0x10000 ? static_cast<CharClass>(table[cp]) : icu_class(cp);
+}
+
 }  // namespace
 
 CharClass char_class(char32_t c) {
@@ -55,17 +71,7 @@ void split_gpt2(std::string_view text, std::vector<Piece>& out) {
   const std::uint8_t* table = bmp().cls.get();
   const std::size_t n = text.size();
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  // Class and length of the code point at byte i (i < n; the text is valid UTF-8).
-  auto at = [&](std::size_t i, int& len) -> CharClass {
-    if (s[i] < 0x80) {
-      len = 1;
-      return static_cast<CharClass>(table[s[i]]);
-    }
-    char32_t cp = 0;
-    len = tok::decode_utf8(text, i, cp);
-    if (len == 0) throw std::invalid_argument("split_gpt2: invalid UTF-8");
-    return cp < 0x10000 ? static_cast<CharClass>(table[cp]) : icu_class(cp);
-  };
+  auto at = [&](std::size_t i, int& len) { return class_at(text, table, i, len, "split_gpt2"); };
   std::size_t i = 0;
   while (i < n) {
     // 's 't 're 've 'm 'll 'd (case-sensitive).
@@ -128,17 +134,7 @@ void split_llama3(std::string_view text, int max_digits, std::vector<Piece>& out
   const std::uint8_t* table = bmp().cls.get();
   const std::size_t n = text.size();
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  // Class and length of the code point at byte i; n past the end.
-  auto at = [&](std::size_t i, int& len) -> CharClass {
-    if (s[i] < 0x80) {
-      len = 1;
-      return static_cast<CharClass>(table[s[i]]);
-    }
-    char32_t cp = 0;
-    len = tok::decode_utf8(text, i, cp);
-    if (len == 0) throw std::invalid_argument("split_llama3: invalid UTF-8");
-    return cp < 0x10000 ? static_cast<CharClass>(table[cp]) : icu_class(cp);
-  };
+  auto at = [&](std::size_t i, int& len) { return class_at(text, table, i, len, "split_llama3"); };
   auto newline = [&](std::size_t i) { return s[i] == '\r' || s[i] == '\n'; };
   auto ascii_lower = [&](std::size_t i) -> int {
     const unsigned char c = s[i];
@@ -258,21 +254,7 @@ std::vector<Piece> split_gpt2_regex(std::string_view text) {
     return p;
   }();
   std::vector<Piece> out;
-  UErrorCode status = U_ZERO_ERROR;
-  UText* ut = utext_openUTF8(nullptr, text.data(), static_cast<int64_t>(text.size()), &status);
-  std::unique_ptr<icu::RegexMatcher> m(pattern->matcher(status));
-  if (U_FAILURE(status)) {
-    utext_close(ut);
-    throw std::runtime_error(std::string("ICU regex: ") + u_errorName(status));
-  }
-  m->reset(ut);
-  while (m->find(status) && U_SUCCESS(status)) {
-    const auto b = static_cast<std::size_t>(m->start64(status));
-    const auto e = static_cast<std::size_t>(m->end64(status));
-    out.emplace_back(b, e);
-  }
-  utext_close(ut);
-  if (U_FAILURE(status)) throw std::runtime_error(std::string("ICU regex: ") + u_errorName(status));
+  tok::icu_find_all(*pattern, text, out);
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include <unicode/regex.h>
 #include <unicode/utext.h>
 
+#include "icu_find_all.hpp"
 #include "pretokenizer.hpp"
 
 namespace masque::hfjson {
@@ -85,21 +86,7 @@ Regex::Regex(Regex&&) noexcept = default;
 
 void Regex::find_all(std::string_view text, std::vector<Span>& out) const {
   if (text.empty()) return;
-  UErrorCode status = U_ZERO_ERROR;
-  UText* ut = utext_openUTF8(nullptr, text.data(), static_cast<int64_t>(text.size()), &status);
-  std::unique_ptr<icu::RegexMatcher> m(pattern_->matcher(status));
-  if (U_FAILURE(status)) {
-    utext_close(ut);
-    throw std::runtime_error(std::string("ICU regex: ") + u_errorName(status));
-  }
-  m->reset(ut);
-  while (m->find(status) && U_SUCCESS(status)) {
-    const auto b = static_cast<std::size_t>(m->start64(status));
-    const auto e = static_cast<std::size_t>(m->end64(status));
-    out.emplace_back(b, e);
-  }
-  utext_close(ut);
-  if (U_FAILURE(status)) throw std::runtime_error(std::string("ICU regex: ") + u_errorName(status));
+  tok::icu_find_all(*pattern_, text, out);
 }
 
 Pattern::Pattern(const Node& node) {
