@@ -3,6 +3,8 @@
 // of the checkpoint for the error and configuration tests.
 #pragma once
 
+#include "test_support.hpp"
+
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -20,6 +22,8 @@
 #include "masque/tensor.hpp"
 
 namespace masque::test::encdec {
+
+using test::source_batch;  // test_support.hpp
 
 std::filesystem::path model_dir();  // ../shared/models/aren-transliteration
 
@@ -62,9 +66,6 @@ const Vocabulary& target_vocab();
 std::vector<nlohmann::json> examples();
 // The first `n` lines of ../shared/bench/aren-20k.txt, split on spaces, as source ids.
 std::vector<std::vector<TokenId>> bench_sources(std::size_t n);
-
-// A right-padded source batch (pad id 0), bidirectional over each row's tokens.
-Batch source_batch(const std::vector<std::vector<TokenId>>& rows);
 
 constexpr TokenId kStart = 1, kEnd = 2;
 

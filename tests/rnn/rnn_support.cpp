@@ -46,27 +46,6 @@ LoadedModel load_model(const boost::dll::shared_library& library, const fs::path
   return loaded;
 }
 
-Batch source_batch(const std::vector<std::vector<TokenId>>& rows, TokenId pad) {
-  Batch batch;
-  batch.batch = static_cast<std::int32_t>(rows.size());
-  for (const auto& r : rows)
-    batch.length = std::max(batch.length, static_cast<std::int32_t>(r.size()));
-  const auto n = static_cast<std::size_t>(batch.batch) * batch.length;
-  batch.ids.assign(n, pad);
-  batch.positions.assign(n, 0);
-  batch.attention.reset(batch.batch, batch.length);
-  for (std::int32_t b = 0; b < batch.batch; ++b) {
-    SequenceMask mask;
-    for (std::size_t t = 0; t < rows[b].size(); ++t) {
-      batch.ids[b * batch.length + t] = rows[b][t];
-      batch.positions[b * batch.length + t] = static_cast<std::int32_t>(t);
-      mask.rank.push_back(0);
-      mask.role.push_back(TokenRole::content);
-    }
-    batch.attention.set_row(b, mask);
-  }
-  return batch;
-}
 
 std::vector<double> log_softmax_row(const float* row, std::int32_t vocab) {
   double top = row[0];

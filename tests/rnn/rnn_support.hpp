@@ -3,6 +3,8 @@
 // exactly as reference_rnn.py does them.
 #pragma once
 
+#include "test_support.hpp"
+
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -16,6 +18,8 @@
 #include "masque/model.hpp"
 
 namespace masque::test::rnn {
+
+using test::source_batch;  // test_support.hpp
 
 // The four fixtures reference_rnn.py writes.
 const std::vector<std::string>& fixture_names();
@@ -36,9 +40,6 @@ LoadedModel load_model(const boost::dll::shared_library& library,
 inline LoadedModel load_model(const std::string& fixture) {
   return load_model(open_plugin(), fixture_dir(fixture));
 }
-
-// A right-padded source batch (pad id `pad`, role pad).
-Batch source_batch(const std::vector<std::vector<TokenId>>& rows, TokenId pad = 0);
 
 std::vector<double> log_softmax_row(const float* row, std::int32_t vocab);
 

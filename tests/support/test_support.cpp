@@ -8,6 +8,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -147,6 +148,28 @@ RunResult run_masque(const std::vector<std::string>& args, const std::string& in
   waitpid(pid, &status, 0);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+Batch source_batch(const std::vector<std::vector<TokenId>>& rows, TokenId pad) {
+  Batch batch;
+  batch.batch = static_cast<std::int32_t>(rows.size());
+  for (const auto& r : rows)
+    batch.length = std::max(batch.length, static_cast<std::int32_t>(r.size()));
+  const auto n = static_cast<std::size_t>(batch.batch) * batch.length;
+  batch.ids.assign(n, pad);
+  batch.positions.assign(n, 0);
+  batch.attention.reset(batch.batch, batch.length);
+  for (std::int32_t b = 0; b < batch.batch; ++b) {
+    SequenceMask mask;
+    for (std::size_t t = 0; t < rows[b].size(); ++t) {
+      batch.ids[b * batch.length + t] = rows[b][t];
+      batch.positions[b * batch.length + t] = static_cast<std::int32_t>(t);
+      mask.rank.push_back(0);
+      mask.role.push_back(TokenRole::content);
+    }
+    batch.attention.set_row(b, mask);
+  }
+  return batch;
 }
 
 bool cpu_has_bf16_matmuls() {

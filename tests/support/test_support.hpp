@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "masque/model.hpp"
+
 namespace masque::test {
 
 std::filesystem::path shared_dir();  // ../shared (models, tokenizers, references)
@@ -27,6 +29,10 @@ struct RunResult {
   std::string out;  // stdout
   std::string err;  // stderr
 };
+
+// An encoder's input batch: each row's tokens (right-padded with `pad`), positions 0.., every
+// real token visible to every other (what the seq2seq task's source batch is).
+Batch source_batch(const std::vector<std::vector<TokenId>>& rows, TokenId pad = 0);
 
 // Whether oneDNN 2.6 has bf16 matmuls on this CPU (AVX-512 and newer: avx512_core and up).
 bool cpu_has_bf16_matmuls();
