@@ -48,7 +48,7 @@ inline const PluginDescriptor& descriptor_of(const boost::dll::shared_library& l
 }
 
 // Creates a plugin object; `params` must set every declared parameter (the host would), except
-// string parameters with a default, which get it as the host would fill it.
+// string and integer parameters with a default, which get it as the host would fill it.
 template <typename T>
 LoadedPlugin<T> load_plugin(const std::string& kind, const std::string& name,
                             const Params& given = {}) {
@@ -57,6 +57,10 @@ LoadedPlugin<T> load_plugin(const std::string& kind, const std::string& name,
   for (std::uint32_t i = 0; i < d.num_params; ++i) {
     const ParamSpec& spec = d.params[i];
     if (params.has(spec.name)) continue;
+    if (spec.type == ParamType::integer && !(spec.flags & kParamRequired)) {
+      params.set(spec.name, static_cast<std::int64_t>(std::stoll(spec.default_value)));
+      continue;
+    }
     if (spec.type != ParamType::string || (spec.flags & kParamRequired))
       throw std::runtime_error(name + ": parameter '" + spec.name + "' is not set");
     params.set(spec.name, std::string(spec.default_value));

@@ -38,6 +38,9 @@ class BOOST_SYMBOL_VISIBLE SafeTensors {
   // Opens a checkpoint folder (model.safetensors.index.json, else model.safetensors), a
   // .safetensors file, or an index .json file.
   static SafeTensors open(const std::filesystem::path& path);
+  // A checkpoint held in memory (e.g. freshly initialised weights): the tensors as given (f32,
+  // f16, bf16 or i32), shared rather than copied; `label` names it in messages.
+  static SafeTensors held(std::map<std::string, Tensor> tensors, std::filesystem::path label);
 
   const std::filesystem::path& path() const;  // what was opened
   bool contains(std::string_view name) const;

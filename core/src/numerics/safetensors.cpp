@@ -109,6 +109,7 @@ struct SafeTensors::Impl {
   std::map<std::string, SafeTensorEntry, std::less<>> entries;
   std::map<std::string, std::string> metadata;
   std::map<fs::path, std::shared_ptr<const Mapping>> mappings;
+  std::map<std::string, Tensor, std::less<>> held;  // SafeTensors::held
 
   void add_file(const fs::path& file, bool first);
   void add_index(const fs::path& index);
@@ -285,6 +286,27 @@ SafeTensors SafeTensors::open(const fs::path& path) {
   return st;
 }
 
+SafeTensors SafeTensors::held(std::map<std::string, Tensor> tensors, fs::path label) {
+  auto impl = std::make_shared<Impl>();
+  impl->path = impl->listing = std::move(label);
+  for (auto& [name, tensor] : tensors) {
+    SafeTensorEntry e{.name = name,
+                      .dtype_name = tensor.dtype() == DType::f32    ? "F32"
+                                    : tensor.dtype() == DType::f16  ? "F16"
+                                    : tensor.dtype() == DType::bf16 ? "BF16"
+                                                                    : "I32",
+                      .dtype = tensor.dtype(),
+                      .shape = tensor.shape(),
+                      .file = impl->path,
+                      .size = tensor.bytes()};
+    impl->entries.emplace(name, std::move(e));
+    impl->held.emplace(name, std::move(tensor));
+  }
+  SafeTensors st;
+  st.impl_ = std::move(impl);
+  return st;
+}
+
 namespace {
 template <typename Impl>
 const Impl& need(const std::shared_ptr<const Impl>& impl) {
@@ -321,6 +343,7 @@ const std::map<std::string, std::string>& SafeTensors::metadata() const {
 Tensor SafeTensors::get(std::string_view name) const {
   const auto& impl = need(impl_);
   const SafeTensorEntry& e = impl.entry(name);
+  if (const auto it = impl.held.find(name); it != impl.held.end()) return it->second;
   if (!e.dtype)
     fail(e.file, e.name,
          "dtype " + e.dtype_name + " is not one masque can load (F32, F16, BF16, I32)");

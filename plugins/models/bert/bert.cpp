@@ -18,8 +18,9 @@ using models::fail;
 using models::positive;
 
 // Encoder names are accepted with and without the `bert.` prefix (BertForMaskedLM vs
-// BertModel); the head's (cls.predictions.*) are not prefixed.
+// BertModel); the head's (cls.predictions.*) are not prefixed. Fresh weights get the prefix.
 std::string encoder_prefix(const SafeTensors& st) {
+  if (st.size() == 0) return "bert.";  // initialised: BertForMaskedLM's names
   if (st.contains("bert.embeddings.word_embeddings.weight")) return "bert.";
   if (st.contains("embeddings.word_embeddings.weight")) return "";
   throw ConfigError(st.path().string() +
@@ -132,6 +133,7 @@ const masque::ParamSpec kParams[] = {
      .help = "load the masked-LM head (cls.predictions) and compute logits; false loads the "
              "encoder only (e.g. a BertModel checkpoint) for hidden states"},
     masque::models::kMatmulDtypeParam,
+    masque::models::kInitSeedParam,
 };
 
 }  // namespace

@@ -80,7 +80,7 @@ inline transformer::ModelTokens hf_tokens(const std::filesystem::path& dir,
 inline transformer::LinearSpec lm_head(const JsonConfig& config, const SafeTensors& weights,
                                        const transformer::TensorSpec& tokens, bool tied) {
   if (tied) return {.weight = tokens};
-  if (!weights.contains("lm_head.weight"))
+  if (weights.size() > 0 && !weights.contains("lm_head.weight"))
     throw ConfigError(config.file().string() + ": key 'tie_word_embeddings': false, but " +
                       weights.path().string() + " has no tensor 'lm_head.weight'");
   return {.weight = {"lm_head.weight", tokens.shape}};

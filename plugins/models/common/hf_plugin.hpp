@@ -7,26 +7,53 @@
 #include "hf_config.hpp"
 #include "masque/params.hpp"
 #include "masque/plugin.hpp"
+#include "masque/train/network.hpp"
 #include "matmul_dtype.hpp"
 
 namespace masque::models {
 
-// A model folder as the parameters name it: config.json parsed, the checkpoint opened.
+// The `init_seed` parameter: a model from its config alone (what `masque train` starts a
+// from-scratch run with).
+inline constexpr ParamSpec kInitSeedParam{
+    .name = "init_seed",
+    .type = ParamType::integer,
+    .default_value = "-1",
+    .help =
+        "-1: read the folder's weights. A seed >= 0: ignore any weights (the folder needs only "
+        "config.json) and initialise every parameter as the original model does: "
+        "normal(0, initializer_range) for matrices and embeddings, zero biases, unit norm "
+        "weights (`masque train` with init: scratch)"};
+
+// A model folder as the parameters name it: config.json parsed, the checkpoint opened (none
+// when the model is initialised from init_seed; spec readers then use Hugging Face's names).
 struct HfFolder {
   explicit HfFolder(const Params& params)
       : dir(params.get_string("path")),
         config(JsonConfig::load(dir / "config.json")),
-        weights(transformer::open_checkpoint(dir)) {}
+        init_seed(params.has("init_seed") ? params.get_int("init_seed") : -1),
+        weights(init_seed >= 0 ? SafeTensors{} : transformer::open_checkpoint(dir)) {}
   std::filesystem::path dir;
   JsonConfig config;
+  std::int64_t init_seed;
   SafeTensors weights;
 };
 
-// The network of `spec` over the folder's weights, in the `matmul_dtype` the parameters ask.
+// The network of `spec` over the folder's weights (or, with init_seed, over fresh ones drawn as
+// masque::train::ParameterSet::initialised draws them), in the `matmul_dtype` the parameters ask.
 inline Plugin* build_model(transformer::TransformerSpec spec, const HfFolder& folder,
                            transformer::ModelTokens tokens, const Params& params) {
-  return new transformer::TransformerModel(std::move(spec), folder.weights, tokens,
-                                           matmul_dtype(params));
+  spec.initializer_range = folder.config.get_number("initializer_range", spec.initializer_range);
+  if (folder.init_seed < 0)
+    return new transformer::TransformerModel(std::move(spec), folder.weights, tokens,
+                                             matmul_dtype(params));
+  train::ParameterSet initialised = train::ParameterSet::initialised(
+      spec, spec.initializer_range, static_cast<std::uint64_t>(folder.init_seed));
+  std::map<std::string, Tensor> fresh;
+  for (auto& e : initialised.entries()) fresh.emplace(e.name, std::move(e.value));
+  const SafeTensors weights = SafeTensors::held(
+      std::move(fresh),
+      folder.dir / ("(initialised from seed " + std::to_string(folder.init_seed) + ")"));
+  return new transformer::TransformerModel(std::move(spec), weights, tokens, matmul_dtype(params));
 }
 
 // The required `path` parameter of a model plugin.

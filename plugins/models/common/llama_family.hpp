@@ -71,7 +71,8 @@ inline transformer::TransformerSpec llama_family_spec(const JsonConfig& config,
              config.get_string("hidden_act", "silu") + "'");
 
   // LlamaForCausalLM checkpoints prefix the body with "model."; LlamaModel's do not.
-  const std::string prefix = weights.contains("model.embed_tokens.weight") ? "model." : "";
+  const std::string prefix =
+      weights.contains("model.embed_tokens.weight") || weights.size() == 0 ? "model." : "";
   const std::int64_t q = std::int64_t{heads} * head_dim, kv = std::int64_t{kv_heads} * head_dim;
   TransformerSpec s{.architecture = family.architecture,
                     .positions_key = "max_position_embeddings",

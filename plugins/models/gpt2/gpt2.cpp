@@ -32,7 +32,8 @@ TransformerSpec read_spec(const JsonConfig& config, const SafeTensors& weights) 
   const bool by_layer = config.get_bool("scale_attn_by_inverse_layer_idx", false);
 
   // Checkpoints saved from GPT2LMHeadModel prefix the body with "transformer."; GPT2Model's not.
-  const std::string prefix = weights.contains("transformer.wte.weight") ? "transformer." : "";
+  const std::string prefix =
+      weights.contains("transformer.wte.weight") || weights.size() == 0 ? "transformer." : "";
   auto conv1d = [&](const std::string& name, std::int64_t in, std::int64_t out) {
     return linear(name, out, in, true, WeightLayout::in_out);
   };
@@ -80,6 +81,7 @@ const masque::ParamSpec kParams[] = {
         "shards); generation_config.json, when present, overrides bos/eos/pad; of an id list "
         "(eos_token_id) the first id is the model's"),
     masque::models::kMatmulDtypeParam,
+    masque::models::kInitSeedParam,
 };
 
 }  // namespace

@@ -173,6 +173,9 @@ struct TransformerSpec {
   HeadSpec head{};
   std::int32_t vocab_size = 0;         // output vocabulary
   std::int32_t source_vocab_size = 0;  // encoder input vocabulary (encoder-decoder)
+  // The standard deviation of the normal a from-scratch run draws matrices and embeddings from
+  // (the config's initializer_range; Hugging Face's default 0.02).
+  double initializer_range = 0.02;
 
   bool encoder_decoder() const { return encoder.embeddings.tokens.present(); }
 };
