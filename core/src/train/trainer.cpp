@@ -1,10 +1,14 @@
 #include "masque/train/trainer.hpp"
 
+#include <exception>
 #include <fstream>
+#include <latch>
+#include <mutex>
 #include <sstream>
 
 #include "masque/error.hpp"
 #include "masque/safetensors_writer.hpp"
+#include "run/thread_pool.hpp"
 
 namespace masque::train {
 
@@ -20,7 +24,41 @@ const Batch* source_of(const TrainingBatch& b) {
   return b.source.batch > 0 ? &b.source : nullptr;
 }
 
+// `examples` cut into at most `parts` contiguous, non-empty runs of near-equal size.
+std::vector<std::span<const Example* const>> split(const std::vector<const Example*>& examples,
+                                                   int parts) {
+  std::vector<std::span<const Example* const>> out;
+  const std::size_t n = examples.size();
+  const std::size_t k = std::min<std::size_t>(n, static_cast<std::size_t>(std::max(1, parts)));
+  for (std::size_t i = 0, begin = 0; i < k; ++i) {
+    const std::size_t end = n * (i + 1) / k;
+    out.emplace_back(examples.data() + begin, end - begin);
+    begin = end;
+  }
+  return out;
+}
+
 }  // namespace
+
+// Part 0 runs on the master parameters; part w > 0 on a replica that shares the values and has
+// its own gradient buffers, network and tape.
+struct Trainer::Workers {
+  Workers(const TrainableTransformer& network, ParameterSet& params, int threads, int intra)
+      : pool(threads, intra) {
+    for (int w = 1; w < threads; ++w) {
+      auto& r = replicas.emplace_back(std::make_unique<ParameterSet>(params));
+      for (auto& e : r->entries()) e.grad = Tensor::zeros(e.value.shape());
+      nets.push_back(std::make_unique<TrainableTransformer>(network.spec(), *r));
+    }
+    for (int w = 0; w < threads; ++w) tapes.push_back(network.make_tape());
+  }
+  ThreadPool pool;
+  std::vector<std::unique_ptr<ParameterSet>> replicas;
+  std::vector<std::unique_ptr<TrainableTransformer>> nets;
+  std::vector<TapePtr> tapes;
+};
+
+Trainer::~Trainer() = default;
 
 Trainer::Trainer(const TrainableTransformer& network, ParameterSet& params,
                  const Objective& objective, std::vector<Example> examples, TrainerOptions options)
@@ -32,8 +70,12 @@ Trainer::Trainer(const TrainableTransformer& network, ParameterSet& params,
       tape_(network.make_tape()) {
   if (examples_.empty()) throw ConfigError("training: no usable training records");
   if (options_.accumulation < 1) throw ConfigError("accumulation must be at least 1");
+  if (options_.threads < 1) throw ConfigError("threads must be at least 1");
   const std::vector<std::int64_t> sizes = sizes_of(params_);
   adamw_ = AdamW(options_.adamw, sizes);
+  if (options_.threads > 1)
+    workers_ = std::make_unique<Workers>(network_, params_, options_.threads,
+                                         std::max(1, options_.intra_threads));
   cut_epoch();
 }
 
@@ -56,24 +98,21 @@ std::vector<const Example*> Trainer::next_micro_batch(std::int64_t& epoch) {
 }
 
 StepResult Trainer::step() {
-  // Lay the step's micro-batches out first: the loss divides by all their predicted tokens.
-  std::vector<TrainingBatch> micro;
-  std::int64_t count = 0, epoch = 0;
+  // Lay the step's micro-batches (and their parts) out first: the loss divides by all their
+  // predicted tokens.
+  std::vector<std::vector<TrainingBatch>> micro;
+  std::int64_t count = 0, epoch = 0, input_tokens = 0;
   for (std::int32_t a = 0; a < options_.accumulation; ++a) {
     const std::vector<const Example*> examples = next_micro_batch(epoch);
-    micro.push_back(objective_.lay_out(examples, epoch));
-    count += static_cast<std::int64_t>(micro.back().labels.size());
+    for (const Example* e : examples) input_tokens += e->tokens();
+    auto& parts = micro.emplace_back();
+    for (auto part : split(examples, options_.threads)) {
+      parts.push_back(objective_.lay_out(part, epoch));
+      count += static_cast<std::int64_t>(parts.back().labels.size());
+    }
   }
   if (count == 0) throw RuntimeError("training: a step with no token to predict");
-  params_.zero_grads();
-  double loss_sum = 0;
-  const CrossEntropyOptions ce{.label_smoothing = options_.label_smoothing};
-  Tensor logits;
-  for (const TrainingBatch& b : micro) {
-    network_.forward(b.inputs, source_of(b), b.rows, *tape_, logits);
-    loss_sum += cross_entropy(logits, b.labels, static_cast<double>(count), ce, &logits).loss_sum;
-    network_.backward(*tape_, logits);
-  }
+  const double loss_sum = run_parts(micro, count);
   std::vector<std::span<float>> grads;
   std::vector<Parameter> update;
   for (auto& e : params_.entries()) {
@@ -87,8 +126,62 @@ StepResult Trainer::step() {
   r.step = ++step_;
   r.loss = loss_sum / static_cast<double>(count);
   r.tokens = count;
+  r.input_tokens = input_tokens;
   r.epoch = epoch;
   return r;
+}
+
+double Trainer::run_parts(const std::vector<std::vector<TrainingBatch>>& micro,
+                          std::int64_t count) {
+  const CrossEntropyOptions ce{.label_smoothing = options_.label_smoothing};
+  params_.zero_grads();
+  if (!workers_) {
+    double loss_sum = 0;
+    Tensor logits;
+    for (const auto& parts : micro)
+      for (const TrainingBatch& b : parts) {
+        network_.forward(b.inputs, source_of(b), b.rows, *tape_, logits);
+        loss_sum +=
+            cross_entropy(logits, b.labels, static_cast<double>(count), ce, &logits).loss_sum;
+        network_.backward(*tape_, logits);
+      }
+    return loss_sum;
+  }
+  Workers& w = *workers_;
+  for (auto& r : w.replicas) r->zero_grads();
+  const std::size_t threads = static_cast<std::size_t>(options_.threads);
+  std::vector<double> losses(threads, 0.0);
+  std::vector<std::exception_ptr> errors(threads);
+  std::latch done(static_cast<std::ptrdiff_t>(threads));
+  for (std::size_t t = 0; t < threads; ++t)
+    w.pool.submit([&, t] {
+      try {
+        const TrainableTransformer& net = t == 0 ? network_ : *w.nets[t - 1];
+        Tensor logits;
+        for (const auto& parts : micro) {
+          if (t >= parts.size()) continue;
+          const TrainingBatch& b = parts[t];
+          net.forward(b.inputs, source_of(b), b.rows, *w.tapes[t], logits);
+          losses[t] +=
+              cross_entropy(logits, b.labels, static_cast<double>(count), ce, &logits).loss_sum;
+          net.backward(*w.tapes[t], logits);
+        }
+      } catch (...) {
+        errors[t] = std::current_exception();
+      }
+      done.count_down();
+    });
+  done.wait();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  double loss_sum = 0;
+  for (double l : losses) loss_sum += l;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    std::vector<const float*> parts{params_[i].grad.f32()};
+    for (auto& r : w.replicas) parts.push_back((*r)[i].grad.f32());
+    sum_in_order(parts, params_[i].grad.numel(), params_[i].grad.f32());
+  }
+  return loss_sum;
 }
 
 EvalResult Trainer::evaluate(const std::vector<Example>& examples, std::size_t batch_size) const {

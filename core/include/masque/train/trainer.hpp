@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -36,13 +37,19 @@ struct TrainerOptions {
   Schedule schedule{};         // its total_steps is the run's
   double max_grad_norm = 1.0;  // <= 0: no clipping
   double label_smoothing = 0.0;
+  // Micro-batch shards run in parallel: each micro-batch is cut into `threads` contiguous parts,
+  // each part's gradient goes to its own buffer on its own thread, and the buffers are summed in
+  // part order, so a run is reproducible for a given seed and thread count.
+  int threads = 1;
+  int intra_threads = 1;  // oneDNN/OpenMP threads of each part's worker (threads > 1)
 };
 
 struct StepResult {
   std::int64_t step = 0;  // 1-based: the number of optimizer steps done
   double loss = 0, lr = 0, grad_norm = 0;
-  std::int64_t tokens = 0;  // predicted tokens of the step
-  std::int64_t epoch = 0;   // the epoch of its last micro-batch
+  std::int64_t tokens = 0;        // predicted tokens of the step
+  std::int64_t input_tokens = 0;  // tokens of the step's examples (source and target)
+  std::int64_t epoch = 0;         // the epoch of its last micro-batch
 };
 
 struct EvalResult {
@@ -55,6 +62,7 @@ class BOOST_SYMBOL_VISIBLE Trainer {
   // `network` and `params` (one spec) and `objective` must outlive the trainer.
   Trainer(const TrainableTransformer& network, ParameterSet& params, const Objective& objective,
           std::vector<Example> examples, TrainerOptions options);
+  ~Trainer();
 
   StepResult step();
   // Mean token loss over `examples` in file order (no corruption randomness beyond the
@@ -76,6 +84,9 @@ class BOOST_SYMBOL_VISIBLE Trainer {
   // The next micro-batch of the data (the cursor moves on; a new epoch starts as needed).
   std::vector<const Example*> next_micro_batch(std::int64_t& epoch);
   void cut_epoch();
+  // Forward, loss and backward of the step's micro-batches, one thread per part; returns the
+  // summed token loss (in part order) and leaves the summed gradient in params_.
+  double run_parts(const std::vector<std::vector<TrainingBatch>>& parts, std::int64_t count);
 
   const TrainableTransformer& network_;
   ParameterSet& params_;
@@ -84,6 +95,8 @@ class BOOST_SYMBOL_VISIBLE Trainer {
   TrainerOptions options_;
   AdamW adamw_;
   TapePtr tape_;
+  struct Workers;  // the parallel parts' replicas and threads (threads > 1)
+  std::unique_ptr<Workers> workers_;
   std::int64_t step_ = 0;
   // The data cursor: batch `batch_` of epoch `epoch_` is next.
   std::int64_t epoch_ = 0;
