@@ -12,6 +12,7 @@
 #include "masque/error.hpp"
 #include "run/settings.hpp"
 #include "tasks/task.hpp"
+#include "train/settings.hpp"
 
 namespace masque::cli {
 
@@ -267,46 +268,47 @@ int cmd_tasks(int argc, char** argv) {
               << o << "\n";
     return kExitOk;
   }
-  const auto& catalog = task_catalog();
+  // The run tasks, and `train` (the task of `masque train` pipelines).
+  std::vector<TaskSpec> catalog = task_specs();
+  catalog.push_back(train::train_task_spec());
   if (vm.count("name")) {
     const std::string name = vm["name"].as<std::string>();
     for (const auto& t : catalog) {
-      if (t.spec.name != name) continue;
+      if (t.name != name) continue;
       if (vm["json"].as<bool>()) {
         nlohmann::ordered_json j;
-        j["name"] = t.spec.name;
-        j["description"] = t.spec.description;
-        j["required_sections"] = t.spec.required_sections;
-        j["optional_sections"] = t.spec.optional_sections;
-        j["parameters"] = params_json(t.spec.params.data(), t.spec.params.size());
-        j["model_kinds"] = model_kinds(t.spec);
-        j["held_masks"] = t.spec.held_masks;
+        j["name"] = t.name;
+        j["description"] = t.description;
+        j["required_sections"] = t.required_sections;
+        j["optional_sections"] = t.optional_sections;
+        j["parameters"] = params_json(t.params.data(), t.params.size());
+        j["model_kinds"] = model_kinds(t);
+        j["held_masks"] = t.held_masks;
         std::cout << j.dump(2) << "\n";
         return kExitOk;
       }
-      std::cout << "task '" << t.spec.name << "'\n" << wrap(t.spec.description, 2);
+      std::cout << "task '" << t.name << "'\n" << wrap(t.description, 2);
       std::string req, opt;
-      for (const auto& s : t.spec.required_sections) {
-        auto d = t.spec.default_plugins.find(s);
+      for (const auto& s : t.required_sections) {
+        auto d = t.default_plugins.find(s);
         req += (req.empty() ? "" : ", ") + s +
-               (d != t.spec.default_plugins.end() ? " (default " + d->second + ")" : "");
+               (d != t.default_plugins.end() ? " (default " + d->second + ")" : "");
       }
-      for (const auto& s : t.spec.optional_sections) opt += (opt.empty() ? "" : ", ") + s;
+      for (const auto& s : t.optional_sections) opt += (opt.empty() ? "" : ", ") + s;
       std::cout << "  sections     " << req << (opt.empty() ? "" : "; optional: " + opt) << "\n";
-      const auto kinds = model_kinds(t.spec);
+      const auto kinds = model_kinds(t);
       if (!kinds.empty()) std::cout << "  models       " << join(kinds) << "\n";
-      if (!t.spec.held_masks.empty())
-        std::cout << "  holds masks  " << join(t.spec.held_masks) << " (from the plugin host)\n";
-      print_params(t.spec.params.data(), t.spec.params.size());
-      std::cout << "  (run settings: `masque tasks` lists them)\n";
+      if (!t.held_masks.empty())
+        std::cout << "  holds masks  " << join(t.held_masks) << " (from the plugin host)\n";
+      print_params(t.params.data(), t.params.size());
+      if (t.name != "train") std::cout << "  (run settings: `masque tasks` lists them)\n";
       return kExitOk;
     }
     std::string all;
-    for (const auto& t : catalog) all += (all.empty() ? "" : ", ") + t.spec.name;
+    for (const auto& t : catalog) all += (all.empty() ? "" : ", ") + t.name;
     throw ConfigError("no task named '" + name + "'; available: " + all);
   }
-  for (const auto& t : catalog)
-    std::printf("%-14s %s\n", t.spec.name.c_str(), t.spec.description.c_str());
+  for (const auto& t : catalog) std::printf("%-14s %s\n", t.name.c_str(), t.description.c_str());
   std::cout
       << "\nrun settings (the pipeline's `run:` section, or --set run.KEY=VALUE; every task)\n";
   const auto& run = run_param_specs();

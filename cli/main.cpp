@@ -16,6 +16,7 @@ int cmd_tasks(int argc, char** argv);
 int cmd_mask(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
+int cmd_train(int argc, char** argv);
 }  // namespace masque::cli
 
 namespace {
@@ -26,6 +27,7 @@ Usage: masque COMMAND [OPTIONS]
 
 Commands:
   run PIPELINE      stream a corpus through a pipeline (score, generate, fill, seq2seq, ...)
+  train PIPELINE    train or fine-tune the pipeline's model under its mask (resumable)
   plugins [NAME]    list the plugins, or show one plugin's parameters
   tasks [NAME]      list the tasks a pipeline can run, or show one task's parameters
   mask              show a mask strategy's attention pattern for some tokens
@@ -73,6 +75,7 @@ int main(int argc, char** argv) {
     if (command == "mask") return cli::cmd_mask(argc - 1, argv + 1);
     if (command == "tokenize") return cli::cmd_tokenize(argc - 1, argv + 1);
     if (command == "eval") return cli::cmd_eval(argc - 1, argv + 1);
+    if (command == "train") return cli::cmd_train(argc - 1, argv + 1);
     std::fprintf(stderr, "masque: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return kExitUsage;
   } catch (const boost::program_options::error& e) {

@@ -1,0 +1,84 @@
+// masque train: a pipeline run backwards; the mask decides what the network learns.
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include "common.hpp"
+#include "masque/error.hpp"
+#include "train/session.hpp"
+#include "train/settings.hpp"
+
+namespace masque::cli {
+
+namespace {
+const char* kHelp = R"(Usage: masque train PIPELINE [options]
+
+Trains the pipeline's model under its mask strategy: the `task:` section (name: train) names the
+objective, the data and the optimizer (`masque tasks train` lists every key with its default);
+the model, tokenizer and mask sections are the ones `masque run` reads. A model folder with
+config.json and no weights is trained from scratch; with weights, it is fine-tuned.
+
+Writes into task.output: checkpoint-NNNNNN/ (each a model folder `masque run` loads unchanged:
+config.json, model.safetensors, tokenizer files; plus the trainer's state), `last` and `best`
+links, metrics.jsonl (one JSON object per step and per validation) and pipeline.yaml.
+
+Examples:
+  masque train pipelines/train-seq2seq.yaml
+  masque train pipelines/train-causal-lm.yaml --set task.steps=200 --set task.lr=3e-4 --threads 2
+  masque train pipelines/train-seq2seq.yaml --resume runs/seq2seq       # after Ctrl-C
+  masque run pipelines/seq2seq-unilm.yaml --set model.path=runs/seq2seq/best
+
+Exit codes: 0 trained; 2 usage, configuration or data error (e.g. more skipped records than
+task.max_bad_records); 3 runtime failure; 128+N stopped by signal N (SIGINT, SIGTERM) after a
+complete checkpoint of the last finished step (continue with --resume).
+)";
+}  // namespace
+
+int cmd_train(int argc, char** argv) {
+  po::options_description opts("Options");
+  opts.add_options()("help,h", "this help")(
+      "set,s", po::value<std::vector<std::string>>()->composing(),
+      "section.key=value: set any declared parameter (repeatable; e.g. task.lr=1e-4, "
+      "task.steps=1000, mask.plugin=causal)")(
+      "resume", po::value<std::string>(),
+      "continue a run from a checkpoint folder, or from a run folder's `last` checkpoint")(
+      "threads,t", po::value<int>()->default_value(1),
+      "micro-batch parts trained in parallel, their gradients summed in a fixed order (a run is "
+      "reproducible for a given seed and thread count); the machine's cores are split among them")(
+      "dump-config", po::bool_switch(), "print the fully resolved pipeline and exit")(
+      "quiet,q", po::bool_switch(), "no progress line and no per-record skip messages")(
+      "allow-plugin-file", po::bool_switch(),
+      "allow `plugin:` values that name a library file instead of an installed plugin");
+  po::options_description hidden;
+  hidden.add_options()("pipeline", po::value<std::string>());
+  po::positional_options_description pos;
+  pos.add("pipeline", 1);
+  po::variables_map vm = parse(argc, argv, opts, hidden, pos);
+  if (vm.count("help")) {
+    std::cout << kHelp << "\n" << opts << "\n";
+    return kExitOk;
+  }
+  if (!vm.count("pipeline"))
+    throw ConfigError("masque train: missing PIPELINE (see masque train --help)");
+  const int threads = vm["threads"].as<int>();
+  if (threads < 1 || threads > 256)
+    throw ConfigError("masque train: --threads must be in [1, 256], got " +
+                      std::to_string(threads));
+  auto registry = open_registry(vm["quiet"].as<bool>());
+  LoadOptions load;
+  if (vm.count("set")) load.sets = vm["set"].as<std::vector<std::string>>();
+  load.allow_plugin_files = vm["allow-plugin-file"].as<bool>();
+  Pipeline pipeline = load_pipeline_file(vm["pipeline"].as<std::string>(), load, *registry,
+                                         {train::train_task_spec()});
+  if (vm["dump-config"].as<bool>()) {
+    std::cout << pipeline.dump();
+    return kExitOk;
+  }
+  train::SessionOptions options;
+  if (vm.count("resume")) options.resume = vm["resume"].as<std::string>();
+  options.threads = threads;
+  options.quiet = vm["quiet"].as<bool>();
+  return train::run_training(std::move(pipeline), *registry, options);
+}
+
+}  // namespace masque::cli

@@ -1,0 +1,429 @@
+#include "train/session.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "masque/error.hpp"
+#include "masque/safetensors_writer.hpp"
+#include "masque/threading.hpp"
+#include "masque/train/checkpoint.hpp"
+#include "masque/train/metrics.hpp"
+#include "masque/transformer/model.hpp"
+#include "tasks/task.hpp"
+#include "train/settings.hpp"
+
+namespace masque::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// ---- signals: SIGINT / SIGTERM end the run after the current step, with a checkpoint -----------
+
+std::atomic<int> g_signal{0};
+extern "C" void on_stop_signal(int sig) {
+  g_signal.store(sig);
+}
+
+class StopSignals {
+ public:
+  StopSignals() {
+    g_signal.store(0);
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  static int received() { return g_signal.load(); }
+
+ private:
+  struct sigaction old_int_ {
+  }, old_term_{};
+};
+
+// ---- the model folder a checkpoint is --------------------------------------------------------
+
+bool has_weights(const fs::path& folder) {
+  return fs::is_regular_file(folder / "model.safetensors") ||
+         fs::is_regular_file(folder / "model.safetensors.index.json");
+}
+
+// Tokenizer files a model folder may carry, copied when a tokenizer names their folder.
+const char* const kTokenizerFiles[] = {"tokenizer.json",
+                                       "tokenizer.model",
+                                       "tokenizer_config.json",
+                                       "special_tokens_map.json",
+                                       "added_tokens.json",
+                                       "vocab.txt",
+                                       "vocab.json",
+                                       "merges.txt"};
+
+// The files of the tokenizer sections (their `path`-typed parameters), each with the name it has
+// in a checkpoint: its own, or `target_` + its own when the source side already uses the name.
+std::vector<std::pair<fs::path, std::string>> tokenizer_files(const Pipeline& pipeline) {
+  std::vector<std::pair<fs::path, std::string>> files;
+  std::set<std::string> names;
+  for (const char* section : {"tokenizer", "target_tokenizer"}) {
+    if (!pipeline.has(section)) continue;
+    const PluginConfig& config = pipeline.at(section);
+    const PluginDescriptor& d = *config.entry->descriptor;
+    auto add = [&](const fs::path& file) {
+      std::string name = file.filename().string();
+      if (names.count(name)) name = "target_" + name;
+      if (names.insert(name).second) files.emplace_back(file, name);
+    };
+    for (std::size_t i = 0; i < d.num_params; ++i) {
+      const ParamSpec& spec = d.params[i];
+      if (spec.type != ParamType::path || !config.params.has(spec.name)) continue;
+      const fs::path value = config.params.get_string(spec.name);
+      if (value.empty()) continue;
+      if (fs::is_regular_file(value)) {
+        add(value);
+      } else if (fs::is_directory(value)) {
+        for (const char* name : kTokenizerFiles)
+          if (fs::is_regular_file(value / name)) add(value / name);
+      }
+    }
+  }
+  return files;
+}
+
+void copy_into(const fs::path& file, const fs::path& target) {
+  fs::copy_file(file, target, fs::copy_options::overwrite_existing);
+}
+
+// ---- what the run prints ------------------------------------------------------------------
+
+std::string number(double v, int digits = 4) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, v);
+  return text;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// ---- the run ------------------------------------------------------------------------------
+
+class Session {
+ public:
+  Session(Pipeline pipeline, const Registry& registry, const SessionOptions& options)
+      : pipeline_(std::move(pipeline)),
+        registry_(registry),
+        options_(options),
+        settings_(train_settings(pipeline_.task_params)) {}
+
+  int run();
+
+ private:
+  void load_model();
+  std::vector<Example> load(const fs::path& file, const char* what) const;
+  std::int64_t total_steps(const std::vector<Example>& examples) const;
+  void restore();
+  void validate(std::int64_t step);
+  void save(std::int64_t step);
+  void log_step(const StepResult& r, double seconds);
+  nlohmann::json state() const;
+
+  Pipeline pipeline_;
+  const Registry& registry_;
+  SessionOptions options_;
+  TrainSettings settings_;
+  fs::path model_dir_;
+  bool from_scratch_ = false;
+
+  Plugins plugins_;
+  std::unique_ptr<MaskStrategy> source_mask_;
+  ModelInfo info_;
+  transformer::TransformerSpec spec_;
+  ParameterSet params_;
+  std::unique_ptr<TrainableTransformer> network_;
+  std::unique_ptr<Objective> objective_;
+  std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<CheckpointStore> store_;
+  MetricsLog metrics_;
+  std::vector<Example> valid_;
+  std::vector<std::pair<fs::path, std::string>> tokenizer_files_;
+
+  std::int64_t total_ = 0, saved_step_ = -1, validated_step_ = -1, best_step_ = -1;
+  double best_loss_ = std::numeric_limits<double>::infinity();
+  double seconds_before_ = 0;  // training seconds of the run before a resume
+  std::int64_t tokens_seen_ = 0;
+  std::chrono::steady_clock::time_point start_;
+};
+
+void Session::load_model() {
+  PluginConfig& model = pipeline_.plugins.at("model");
+  const PluginDescriptor& d = *model.entry->descriptor;
+  bool trainable = false;
+  for (std::size_t i = 0; i < d.num_params; ++i)
+    trainable |= std::string(d.params[i].name) == "init_seed";
+  if (!trainable)
+    throw ConfigError("model plugin '" + std::string(d.name) +
+                      "' is not trainable by masque train (trainable: bert, gpt2, llama, qwen2, "
+                      "encoder-decoder)");
+  if (!options_.resume.empty()) {
+    // A checkpoint is a model folder: the spec and the weights come from it.
+    model_dir_ = CheckpointStore::resolve_resume(options_.resume);
+    model.params.set("path", model_dir_.string());
+  } else {
+    model_dir_ = model.params.get_string("path");
+    const bool weights = has_weights(model_dir_);
+    if (settings_.init == InitMode::pretrained && !weights)
+      throw ConfigError(model_dir_.string() +
+                        ": init: pretrained, but the folder has no model.safetensors (or index)");
+    from_scratch_ =
+        settings_.init == InitMode::scratch || (settings_.init == InitMode::automatic && !weights);
+  }
+  model.params.set("init_seed",
+                   from_scratch_ ? static_cast<std::int64_t>(settings_.objective.seed) : -1);
+  plugins_ = create_plugins(pipeline_, registry_);
+  const auto* tm = dynamic_cast<const transformer::TransformerModel*>(plugins_.model.get());
+  if (!tm)
+    throw ConfigError("model plugin '" + std::string(d.name) +
+                      "' is not a Transformer masque can train");
+  spec_ = tm->spec();
+  info_ = tm->info();
+  plugins_.model.reset();  // the trainer keeps its own parameters
+  if (from_scratch_)
+    params_ = ParameterSet::initialised(spec_, spec_.initializer_range, settings_.objective.seed);
+  else
+    params_ = ParameterSet::from_checkpoint(spec_, transformer::open_checkpoint(model_dir_));
+  network_ = std::make_unique<TrainableTransformer>(spec_, params_);
+  if (info_.kind == ModelKind::encoder_decoder) {
+    const PluginEntry& entry = registry_.find(PluginKind::mask, "bidirectional");
+    std::unique_ptr<Plugin> p = registry_.create(entry, default_params(*entry.descriptor));
+    source_mask_.reset(static_cast<MaskStrategy*>(p.release()));
+  }
+  objective_ = std::make_unique<Objective>(
+      settings_.objective, *plugins_.tokenizer, plugins_.target_tokenizer.get(),
+      ObjectiveMasks{.inputs = plugins_.mask.get(), .source = source_mask_.get()}, info_);
+}
+
+std::vector<Example> Session::load(const fs::path& file, const char* what) const {
+  SkipLog skips(file.string(), settings_.max_bad_records,
+                options_.quiet ? std::function<void(const std::string&)>([](const std::string&) {})
+                               : std::function<void(const std::string&)>{});
+  std::vector<Example> examples = load_examples(
+      file.string(), settings_.input, [&](const Record& r) { return objective_->prepare(r); },
+      skips);
+  const std::int64_t total = static_cast<std::int64_t>(examples.size()) + skips.count();
+  std::fprintf(stderr, "masque train: %s: %lld usable records of %lld in %s\n", what,
+               static_cast<long long>(examples.size()), static_cast<long long>(total),
+               file.c_str());
+  if (skips.count() > 0) std::fprintf(stderr, "masque train: %s\n", skips.summary(total).c_str());
+  return examples;
+}
+
+std::int64_t Session::total_steps(const std::vector<Example>& examples) const {
+  if (settings_.steps > 0) return settings_.steps;
+  const auto order = epoch_order(examples.size(), settings_.trainer.seed, 0, false);
+  const auto batches =
+      cut_batches(order, examples, settings_.trainer.batch_size, settings_.trainer.max_tokens);
+  const auto acc = static_cast<std::int64_t>(settings_.trainer.accumulation);
+  const auto per_epoch = (static_cast<std::int64_t>(batches.size()) + acc - 1) / acc;
+  return std::max<std::int64_t>(1, per_epoch * settings_.epochs);
+}
+
+nlohmann::json Session::state() const {
+  nlohmann::json s = trainer_->state();
+  s["total_steps"] = total_;
+  s["best_valid_loss"] = std::isfinite(best_loss_) ? nlohmann::json(best_loss_) : nlohmann::json();
+  s["best_step"] = best_step_;
+  s["seconds"] = seconds_before_ + seconds_since(start_);
+  s["tokens_seen"] = tokens_seen_;
+  return s;
+}
+
+void Session::restore() {
+  const fs::path checkpoint = CheckpointStore::resolve_resume(options_.resume);
+  const fs::path state_file = checkpoint / "trainer_state.json";
+  std::ifstream in(state_file);
+  nlohmann::json state;
+  try {
+    state = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(state_file.string() + ": not a trainer state: " + e.what());
+  }
+  if (state.value("total_steps", total_) != total_)
+    throw ConfigError(state_file.string() + ": the checkpoint's run has " +
+                      std::to_string(state.value("total_steps", 0)) + " steps, this one " +
+                      std::to_string(total_) + " (steps, epochs or batching changed?)");
+  trainer_->restore(state, checkpoint / "optimizer.bin");
+  if (state.contains("best_valid_loss") && state["best_valid_loss"].is_number())
+    best_loss_ = state["best_valid_loss"].get<double>();
+  best_step_ = state.value("best_step", std::int64_t{-1});
+  seconds_before_ = state.value("seconds", 0.0);
+  tokens_seen_ = state.value("tokens_seen", std::int64_t{0});
+  saved_step_ = validated_step_ = trainer_->steps_done();
+  std::fprintf(stderr, "masque train: resuming from %s at step %lld\n", checkpoint.c_str(),
+               static_cast<long long>(trainer_->steps_done()));
+}
+
+void Session::save(std::int64_t step) {
+  if (saved_step_ == step) return;
+  const nlohmann::json s = state();
+  store_->save(step, [&](const fs::path& dir) {
+    copy_into(model_dir_ / "config.json", dir / "config.json");
+    if (fs::is_regular_file(model_dir_ / "generation_config.json"))
+      copy_into(model_dir_ / "generation_config.json", dir / "generation_config.json");
+    for (const auto& [file, name] : tokenizer_files_) copy_into(file, dir / name);
+    params_.save(dir / "model.safetensors");
+    trainer_->save_optimizer(dir / "optimizer.bin");
+    write_file_atomically(dir / "trainer_state.json", s.dump(2) + "\n");
+  });
+  saved_step_ = step;
+}
+
+void Session::validate(std::int64_t step) {
+  if (valid_.empty() || validated_step_ == step) return;
+  validated_step_ = step;
+  const EvalResult e =
+      trainer_->evaluate(valid_, static_cast<std::size_t>(settings_.valid_batch_size));
+  const double ppl = std::exp(e.loss);
+  metrics_.write({{"step", step}, {"valid_loss", e.loss}, {"valid_ppl", ppl}});
+  const bool best = e.loss < best_loss_;
+  std::fprintf(stderr, "%smasque train: step %lld: valid loss %s (ppl %s) over %lld tokens%s\n",
+               isatty(2) && !options_.quiet ? "\r\033[K" : "", static_cast<long long>(step),
+               number(e.loss).c_str(), number(ppl, 3).c_str(), static_cast<long long>(e.tokens),
+               best ? ", best so far" : "");
+  if (best) {
+    best_loss_ = e.loss;
+    best_step_ = step;
+    save(step);
+    store_->mark_best(step);
+  }
+}
+
+void Session::log_step(const StepResult& r, double seconds) {
+  metrics_.write({{"step", r.step},
+                  {"loss", r.loss},
+                  {"lr", r.lr},
+                  {"grad_norm", r.grad_norm},
+                  {"tokens", r.tokens},
+                  {"seconds", seconds}});
+}
+
+int Session::run() {
+  load_model();
+  const std::vector<Example> train = load(settings_.train_file, "train");
+  if (!settings_.valid_file.empty()) valid_ = load(settings_.valid_file, "valid");
+  total_ = total_steps(train);
+  TrainerOptions t = settings_.trainer;
+  t.schedule.total_steps = total_;
+  if (t.schedule.warmup_steps == 0 && settings_.warmup_ratio > 0)
+    t.schedule.warmup_steps =
+        static_cast<std::int64_t>(std::ceil(settings_.warmup_ratio * static_cast<double>(total_)));
+  const int cores =
+      options_.cores > 0 ? options_.cores : static_cast<int>(std::thread::hardware_concurrency());
+  t.threads = options_.threads;
+  t.intra_threads = std::max(1, cores / std::max(1, options_.threads));
+  set_thread_count(std::max(1, cores));
+  trainer_ = std::make_unique<Trainer>(*network_, params_, *objective_, train, t);
+  tokenizer_files_ = tokenizer_files(pipeline_);
+  fs::create_directories(settings_.output);
+  store_ = std::make_unique<CheckpointStore>(settings_.output, settings_.keep_last);
+  start_ = std::chrono::steady_clock::now();
+  if (!options_.resume.empty())
+    restore();
+  else if (!store_->steps().empty())
+    throw ConfigError(settings_.output.string() + " already holds a run (" +
+                      store_->path_of(store_->steps().back()).filename().string() +
+                      "): continue it with --resume " + settings_.output.string() +
+                      ", or set another task.output");
+  metrics_ = MetricsLog(settings_.output / "metrics.jsonl", trainer_->steps_done());
+  write_file_atomically(settings_.output / "pipeline.yaml", pipeline_.dump());
+  std::fprintf(stderr,
+               "masque train: %s %s, %lld parameters, %s; %lld steps (%lld records, batch %zu x "
+               "%d), lr %g; writing %s\n",
+               spec_.architecture.c_str(), from_scratch_ ? "from scratch" : "fine-tuned",
+               static_cast<long long>(params_.count()), to_string(settings_.objective.kind),
+               static_cast<long long>(total_), static_cast<long long>(train.size()), t.batch_size,
+               t.accumulation, t.schedule.base_lr, settings_.output.c_str());
+
+  const StopSignals signals;
+  const bool tty = isatty(2) && !options_.quiet;
+  Progress progress(total_, trainer_->steps_done(), tty);
+  std::int64_t window_tokens = 0;
+  auto window_start = std::chrono::steady_clock::now();
+  double tokens_per_s = 0;
+  bool out_of_time = false;
+  while (trainer_->steps_done() < total_ && !StopSignals::received()) {
+    if (settings_.max_minutes > 0 && seconds_since(start_) > settings_.max_minutes * 60) {
+      out_of_time = true;
+      break;
+    }
+    const StepResult r = trainer_->step();
+    tokens_seen_ += r.input_tokens;
+    window_tokens += r.input_tokens;
+    const double window = seconds_since(window_start);
+    if (window >= 1.0) {
+      tokens_per_s = static_cast<double>(window_tokens) / window;
+      window_tokens = 0;
+      window_start = std::chrono::steady_clock::now();
+    }
+    log_step(r, seconds_before_ + seconds_since(start_));
+    if (!std::isfinite(r.loss))
+      throw RuntimeError("training diverged: the loss of step " + std::to_string(r.step) + " is " +
+                         number(r.loss) + " (lower the lr, or clip gradients)");
+    progress.update(r.epoch, r.step, r.loss, r.lr, tokens_per_s);
+    if (!tty && settings_.log_every > 0 && r.step % settings_.log_every == 0 && !options_.quiet)
+      std::fprintf(stderr, "masque train: epoch %lld step %lld/%lld loss %s lr %.3g %.0f tok/s\n",
+                   static_cast<long long>(r.epoch), static_cast<long long>(r.step),
+                   static_cast<long long>(total_), number(r.loss).c_str(), r.lr, tokens_per_s);
+    if (settings_.valid_every > 0 && r.step % settings_.valid_every == 0) {
+      progress.finish();
+      validate(r.step);
+    }
+    if (settings_.save_every > 0 && r.step % settings_.save_every == 0) save(r.step);
+  }
+  progress.finish();
+  const std::int64_t step = trainer_->steps_done();
+  if (const int sig = StopSignals::received()) {
+    save(step);
+    std::fprintf(stderr,
+                 "masque train: stopped by signal %d after step %lld; checkpoint %s (continue "
+                 "with --resume %s)\n",
+                 sig, static_cast<long long>(step), store_->path_of(step).c_str(),
+                 settings_.output.c_str());
+    return 128 + sig;
+  }
+  validate(step);
+  save(step);
+  const double seconds = seconds_before_ + seconds_since(start_);
+  std::fprintf(stderr, "masque train: %s %lld steps in %s (%.0f tok/s); last: %s%s\n",
+               out_of_time ? "time budget reached after" : "done:", static_cast<long long>(step),
+               Progress::format_duration(seconds).c_str(),
+               static_cast<double>(tokens_seen_) / std::max(seconds, 1e-9),
+               store_->path_of(step).c_str(),
+               best_step_ >= 0 ? ("; best: " + store_->path_of(best_step_).string() +
+                                  " (valid loss " + number(best_loss_) + ")")
+                                     .c_str()
+                               : "");
+  return 0;
+}
+
+}  // namespace
+
+int run_training(Pipeline pipeline, const Registry& registry, const SessionOptions& options) {
+  Session session(std::move(pipeline), registry, options);
+  return session.run();
+}
+
+}  // namespace masque::train

@@ -1,0 +1,23 @@
+// A training run as `masque train` drives it: the pipeline's plugins, the objective, the data,
+// the trainer, checkpoints, validation, metrics, progress and signals (docs/training.md).
+#pragma once
+
+#include <filesystem>
+
+#include "pipeline.hpp"
+#include "registry.hpp"
+
+namespace masque::train {
+
+struct SessionOptions {
+  std::filesystem::path resume;  // --resume DIR: a checkpoint, or a run folder (its `last`)
+  int threads = 1;               // micro-batch parts trained in parallel
+  int cores = 0;                 // 0: the machine's
+  bool quiet = false;            // no progress, no per-skip lines (the summaries stay)
+};
+
+// Runs the `task: train` pipeline; returns 0, or 128 + N when signal N stopped it (after a
+// complete checkpoint of the last finished step). Errors are thrown (ConfigError: exit 2).
+int run_training(Pipeline pipeline, const Registry& registry, const SessionOptions& options);
+
+}  // namespace masque::train

@@ -1,0 +1,338 @@
+// `masque train` from the shell: what a user relies on — a trained folder `masque run` loads and
+// scores as the trainer reported, an interrupted run that resumes to the same losses, SIGINT
+// leaving a whole checkpoint, bad records skipped and reported by line, clear errors.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <thread>
+
+#include "masque/safetensors.hpp"
+#include "test_support.hpp"
+
+using namespace masque;
+using namespace masque::test;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Chinese characters of bert-base-chinese's vocabulary: one token each.
+const char* const kChars[] = {"北", "京", "欢", "迎", "你", "我", "们", "的", "天", "安",
+                              "门", "上", "太", "阳", "升", "大", "家", "好", "学", "生"};
+
+std::string chars(int n, int seed) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += std::string(i ? " " : "") + kChars[(seed * 7 + i * 3) % 20];
+  return s;
+}
+
+// `n` TSV records `source<TAB>target` (the target copies the source backwards: learnable).
+void write_pairs(const fs::path& file, int n, int first_seed = 0) {
+  std::ofstream out(file, std::ios::binary);
+  out << "source\ttarget\n";
+  for (int i = 0; i < n; ++i) {
+    const int len = 2 + (i * 5 + first_seed) % 5;
+    const std::string src = chars(len, i + first_seed);
+    std::string tgt;
+    for (int k = len - 1; k >= 0; --k)
+      tgt += std::string(k == len - 1 ? "" : " ") + kChars[((i + first_seed) * 7 + k * 3) % 20];
+    out << src << '\t' << tgt << '\n';
+  }
+}
+
+// A UniLM pipeline on tiny-bert-chinese writing into `out`.
+fs::path unilm_pipeline(const fs::path& dir, const fs::path& out, const std::string& extra = "") {
+  const fs::path shared = shared_dir();
+  const std::string yaml =
+      "task:\n  name: train\n  objective: seq2seq\n  train_file: " + (dir / "train.tsv").string() +
+      "\n  output: " + out.string() + "\n  batch_size: 4\n  lr: 1e-3\n  shuffle: false\n" + extra +
+      "model:\n  plugin: bert\n  path: " + (shared / "models/tiny-bert-chinese").string() +
+      "\ntokenizer:\n  plugin: wordpiece\n  vocab: " +
+      (shared / "tokenizers/bert-base-chinese/vocab.txt").string() +
+      "\n  lowercase: \"false\"\nmask:\n  plugin: seq2seq\n";
+  write_file(dir / "train.yaml", yaml);
+  return dir / "train.yaml";
+}
+
+std::vector<double> losses(const fs::path& metrics) {
+  std::vector<double> out;
+  for (const auto& j : read_jsonl(metrics))
+    if (j.contains("loss")) out.push_back(j["loss"].get<double>());
+  return out;
+}
+
+// Runs masque with stderr into a file, in the background.
+pid_t start_masque(const std::vector<std::string>& args, const fs::path& err) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (!freopen(err.c_str(), "w", stderr)) _exit(126);
+    std::vector<char*> argv;
+    std::string bin = binary().string();
+    argv.push_back(bin.data());
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::size_t metric_lines(const fs::path& file) {
+  if (!fs::exists(file)) return 0;
+  const std::string text = read_file(file);
+  return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+}
+
+}  // namespace
+
+TEST_CASE("train: a Llama fine-tuned by masque train loads in masque run and scores as reported",
+          "[train][cli]") {
+  const fs::path dir = scratch_dir("train_cli_lm");
+  {
+    std::ofstream train(dir / "train.txt"), valid(dir / "valid.txt");
+    for (int i = 0; i < 24; ++i) train << "Once upon a time there was a cat number " << i << "\n";
+    for (int i = 0; i < 5; ++i) valid << "A dog and a cat met on day " << i * 3 << " of May\n";
+  }
+  const fs::path out = dir / "run";
+  const RunResult r =
+      run_masque({"train", (source_dir() / "pipelines/train-causal-lm.yaml").string(), "--set",
+                  "task.train_file=" + (dir / "train.txt").string(), "--set",
+                  "task.valid_file=" + (dir / "valid.txt").string(), "--set",
+                  "task.output=" + out.string(), "--set", "task.steps=6", "--set",
+                  "task.batch_size=4", "--set", "task.lr=1e-3", "--set", "task.warmup_ratio=0"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Contains("24 usable records of 24"));
+  // The run folder: the checkpoint is a model folder with the tokenizer's files.
+  const fs::path last = fs::read_symlink(out / "last");
+  CHECK(last == "checkpoint-000006");
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.model", "optimizer.bin",
+                        "trainer_state.json"})
+    CHECK(fs::is_regular_file(out / "last" / f));
+  CHECK(fs::is_regular_file(out / "pipeline.yaml"));
+  const auto metrics = read_jsonl(out / "metrics.jsonl");
+  REQUIRE(metrics.size() == 7);  // 6 steps and the validation at the end
+  for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens", "seconds"})
+    CHECK(metrics[0].contains(key));
+  CHECK(metrics[0]["lr"] == 1e-3);  // linear schedule, no warmup: full lr at step 0
+  CHECK(losses(out / "metrics.jsonl").back() < losses(out / "metrics.jsonl").front());
+  REQUIRE(metrics.back().contains("valid_loss"));
+  const double reported = metrics.back()["valid_loss"].get<double>();
+  CHECK(metrics.back()["valid_ppl"].get<double>() == Approx(std::exp(reported)));
+
+  // masque run, pointed at the checkpoint, gives the same mean NLL over the validation file.
+  const RunResult scored =
+      run_masque({"run", (source_dir() / "pipelines/train-causal-lm.yaml").string()}, "");
+  CHECK(scored.exit_code == 2);  // a training pipeline is not a run pipeline ...
+  write_file(dir / "score.yaml",
+             "task: lm-score\nmodel:\n  plugin: llama\n  path: " + (out / "last").string() +
+                 "\ntokenizer:\n  path: " + (out / "last").string() +
+                 "\nmask:\n  plugin: causal\n");
+  const RunResult s =
+      run_masque({"run", (dir / "score.yaml").string(), "-i", (dir / "valid.txt").string()});
+  INFO(s.err);
+  REQUIRE(s.exit_code == 0);
+  double nll = 0, tokens = 0;
+  for (const auto& j : parse_jsonl(s.out)) {
+    nll += j["nll"].get<double>();
+    tokens += static_cast<double>(j["tokens"].get<std::int64_t>() - 1);
+  }
+  CHECK(nll / tokens == Approx(reported).epsilon(1e-5));
+}
+
+TEST_CASE("train: from config.json alone, a BERT learns a UniLM task and runs in masque run",
+          "[train][cli]") {
+  const fs::path dir = scratch_dir("train_cli_scratch");
+  fs::create_directories(dir / "model");
+  fs::copy_file(shared_dir() / "models/tiny-bert-chinese/config.json", dir / "model/config.json");
+  write_pairs(dir / "train.tsv", 16);
+  const fs::path pipeline = unilm_pipeline(dir, dir / "run", "  steps: 5\n  seed: 3\n");
+  const RunResult r =
+      run_masque({"train", pipeline.string(), "--set", "model.path=" + (dir / "model").string()});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Contains("from scratch"));
+  // Seeded: a second run from scratch gives the same losses; another seed others.
+  const RunResult again =
+      run_masque({"train", pipeline.string(), "--set", "model.path=" + (dir / "model").string(),
+                  "--set", "task.output=" + (dir / "run2").string()});
+  REQUIRE(again.exit_code == 0);
+  CHECK(losses(dir / "run/metrics.jsonl") == losses(dir / "run2/metrics.jsonl"));
+  const RunResult other =
+      run_masque({"train", pipeline.string(), "--set", "model.path=" + (dir / "model").string(),
+                  "--set", "task.output=" + (dir / "run3").string(), "--set", "task.seed=4"});
+  REQUIRE(other.exit_code == 0);
+  CHECK(losses(dir / "run/metrics.jsonl") != losses(dir / "run3/metrics.jsonl"));
+  // Initialised as BERT is: matrices ~ normal(0, 0.02), zero biases, unit LayerNorm weights
+  // (one Adam step moves each by at most lr, so the initial law still shows after 5 steps).
+  const SafeTensors st = SafeTensors::open(dir / "run/last/model.safetensors");
+  CHECK(st.contains("bert.embeddings.word_embeddings.weight"));
+  // The trained folder runs in the seq2seq task unchanged.
+  write_file(
+      dir / "run.yaml",
+      "task: seq2seq\nmodel:\n  plugin: bert\n  path: " + (dir / "run/last").string() +
+          "\ntokenizer:\n  plugin: wordpiece\n  vocab: " + (dir / "run/last/vocab.txt").string() +
+          "\n  lowercase: \"false\"\nmask:\n  plugin: seq2seq\n"
+          "decoder:\n  plugin: greedy\n  max_new_tokens: 4\n");
+  const RunResult g = run_masque({"run", (dir / "run.yaml").string()}, "北 京\n欢 迎 你\n");
+  INFO(g.err);
+  CHECK(g.exit_code == 0);
+  CHECK(parse_jsonl(g.out).size() == 2);
+}
+
+TEST_CASE(
+    "train: SIGINT leaves a whole checkpoint and exit 130; --resume ends with the same "
+    "losses as an uninterrupted run",
+    "[train][cli][signals]") {
+  const fs::path dir = scratch_dir("train_cli_sigint");
+  write_pairs(dir / "train.tsv", 40);
+  constexpr int kSteps = 60;
+  const std::string extra = "  steps: " + std::to_string(kSteps) + "\n  warmup_steps: 5\n";
+  const fs::path whole_pipeline = unilm_pipeline(dir, dir / "whole", extra);
+  const RunResult whole = run_masque({"train", whole_pipeline.string(), "-q"});
+  INFO(whole.err);
+  REQUIRE(whole.exit_code == 0);
+  const std::vector<double> expected = losses(dir / "whole/metrics.jsonl");
+  REQUIRE(expected.size() == kSteps);
+
+  const fs::path pipeline = unilm_pipeline(dir, dir / "cut", extra);
+  const pid_t pid = start_masque({"train", pipeline.string(), "-q"}, dir / "err.txt");
+  REQUIRE(pid > 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  while (metric_lines(dir / "cut/metrics.jsonl") < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  kill(pid, SIGINT);
+  const int code = wait_exit(pid);
+  INFO(read_file(dir / "err.txt"));
+  // A run too fast to catch ends normally; then there is nothing to resume.
+  if (code == 0) {
+    WARN("the run finished before SIGINT arrived");
+    CHECK(losses(dir / "cut/metrics.jsonl") == expected);
+    return;
+  }
+  REQUIRE(code == 130);
+  CHECK_THAT(read_file(dir / "err.txt"), Contains("stopped by signal 2"));
+  // The checkpoint of the last finished step is whole: a model folder and the trainer's state.
+  const fs::path last = dir / "cut/last";
+  REQUIRE(fs::exists(last));
+  const auto state = nlohmann::json::parse(read_file(last / "trainer_state.json"));
+  const auto done = state["step"].get<std::int64_t>();
+  CHECK(done >= 3);
+  CHECK(done < kSteps);
+  CHECK(SafeTensors::open(last / "model.safetensors").size() > 0);
+  CHECK(losses(dir / "cut/metrics.jsonl").size() == static_cast<std::size_t>(done));
+
+  const RunResult resumed =
+      run_masque({"train", pipeline.string(), "-q", "--resume", (dir / "cut").string()});
+  INFO(resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK_THAT(resumed.err, Contains("resuming from"));
+  CHECK(losses(dir / "cut/metrics.jsonl") == expected);  // bit for bit
+  CHECK(SafeTensors::open(dir / "cut/last/model.safetensors").size() ==
+        SafeTensors::open(dir / "whole/last/model.safetensors").size());
+}
+
+TEST_CASE("train: --threads 2 sums its parts' gradients to the one-thread losses", "[train][cli]") {
+  const fs::path dir = scratch_dir("train_cli_threads");
+  write_pairs(dir / "train.tsv", 24);
+  const fs::path pipeline = unilm_pipeline(dir, dir / "one", "  steps: 12\n");
+  REQUIRE(run_masque({"train", pipeline.string(), "-q"}).exit_code == 0);
+  REQUIRE(run_masque({"train", pipeline.string(), "-q", "--threads", "2", "--set",
+                      "task.output=" + (dir / "two").string()})
+              .exit_code == 0);
+  REQUIRE(run_masque({"train", pipeline.string(), "-q", "--threads", "2", "--set",
+                      "task.output=" + (dir / "two_again").string()})
+              .exit_code == 0);
+  const auto one = losses(dir / "one/metrics.jsonl"), two = losses(dir / "two/metrics.jsonl");
+  REQUIRE(one.size() == 12);
+  REQUIRE(two.size() == 12);
+  for (std::size_t i = 0; i < one.size(); ++i) CHECK(two[i] == Approx(one[i]).epsilon(1e-5));
+  CHECK(two == losses(dir / "two_again/metrics.jsonl"));  // reproducible per thread count
+}
+
+TEST_CASE("train: bad records are skipped and reported by line; too many stop the run",
+          "[train][cli][errors]") {
+  const fs::path dir = scratch_dir("train_cli_bad");
+  {
+    std::ofstream out(dir / "train.jsonl", std::ios::binary);
+    out << R"({"source": "北 京", "target": "京 北"})"
+        << "\n";                                                // 1 good
+    out << "{\"source\": \"\xff\xfe\", \"target\": \"北\"}\n";  // 2 invalid UTF-8
+    out << R"({"source": "欢 迎", "target": ""})"
+        << "\n";                 // 3 empty target
+    out << "not json at all\n";  // 4 not JSON
+    std::string long_source;
+    for (int i = 0; i < 200; ++i) long_source += "北 ";
+    out << R"({"source": ")" << long_source << R"(", "target": "京"})"
+        << "\n";  // 5 too long
+    out << R"({"source": "你 好", "target": "好 你"})"
+        << "\n";  // 6 good
+  }
+  const fs::path pipeline = unilm_pipeline(dir, dir / "run", "  steps: 2\n");
+  const RunResult r = run_masque(
+      {"train", pipeline.string(), "--set", "task.train_file=" + (dir / "train.jsonl").string()});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Contains("2 usable records of 6"));
+  for (const char* line : {"train.jsonl:2:", "train.jsonl:3:", "train.jsonl:4:", "train.jsonl:5:"})
+    CHECK_THAT(r.err, Contains(line));
+  CHECK_THAT(r.err, Contains("4 of 6 records skipped"));
+
+  const RunResult strict = run_masque(
+      {"train", pipeline.string(), "--set", "task.train_file=" + (dir / "train.jsonl").string(),
+       "--set", "task.output=" + (dir / "strict").string(), "--set", "task.max_bad_records=2"});
+  CHECK(strict.exit_code == 2);
+  CHECK_THAT(strict.err, Contains("train.jsonl"));
+  CHECK_FALSE(fs::exists(dir / "strict/last"));
+}
+
+TEST_CASE("train: configuration mistakes are exit 2 with a message naming the key or folder",
+          "[train][cli][errors]") {
+  const fs::path dir = scratch_dir("train_cli_errors");
+  write_pairs(dir / "train.tsv", 8);
+  const fs::path pipeline = unilm_pipeline(dir, dir / "run", "  steps: 2\n");
+  REQUIRE(run_masque({"train", pipeline.string(), "-q"}).exit_code == 0);
+
+  const RunResult again = run_masque({"train", pipeline.string(), "-q"});
+  CHECK(again.exit_code == 2);
+  CHECK_THAT(again.err, Contains("already holds a run"));
+  CHECK_THAT(again.err, Contains("--resume"));
+
+  const RunResult no_ckpt =
+      run_masque({"train", pipeline.string(), "--resume", (dir / "nowhere").string()});
+  CHECK(no_ckpt.exit_code == 2);
+  CHECK_THAT(no_ckpt.err, Contains("nowhere"));
+
+  const RunResult bad_key = run_masque({"train", pipeline.string(), "--set", "task.lr=fast"});
+  CHECK(bad_key.exit_code == 2);
+  CHECK_THAT(bad_key.err, Contains("lr"));
+
+  const RunResult bad_objective =
+      run_masque({"train", pipeline.string(), "--set", "task.objective=translate"});
+  CHECK(bad_objective.exit_code == 2);
+  CHECK_THAT(bad_objective.err, Contains("objective"));
+
+  const RunResult pretrained =
+      run_masque({"train", pipeline.string(), "--set", "task.init=pretrained", "--set",
+                  "model.path=" + dir.string(), "--set", "task.output=" + (dir / "x").string()});
+  CHECK(pretrained.exit_code == 2);
+
+  const RunResult help = run_masque({"train", "--help"});
+  CHECK(help.exit_code == 0);
+  CHECK_THAT(help.out, Contains("--resume"));
+  const RunResult listing = run_masque({"tasks", "train"});
+  CHECK(listing.exit_code == 0);
+  CHECK_THAT(listing.out, Contains("max_bad_records"));
+}
