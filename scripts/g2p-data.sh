@@ -16,6 +16,8 @@
 #   {train,valid,test}.words    one word per line, in the same order as .ref.tsv
 #   letters.txt  phones.txt     [PAD] [UNK] [CLS] [SEP] [MASK], then the letters / the phones
 #   vocab.txt                   [PAD] [UNK] [CLS] [SEP] [MASK], the letters, then the phones
+#   tokenizer/tokenizer.json    the joint vocabulary as a Hugging Face tokenizer (and its
+#   tokenizer/tokenizer_config.json  special tokens), what the G2P pipelines read
 #   stats.txt                   the counts printed at the end
 # Bash, coreutils and awk only.
 set -euo pipefail
@@ -125,6 +127,37 @@ sort "$tmp/phones.list" >"$tmp/phones.sorted"
 { echo "$specials"; cat "$tmp/phones.sorted"; } >"$tmp/phones.txt"
 { echo "$specials"; cat "$tmp/letters.sorted" "$tmp/phones.sorted"; } >"$tmp/vocab.txt"
 
+# 4b. A tokenizer.json over the joint vocabulary (what `masque train` and pipelines/g2p.yaml
+#     read): words split on white space, then a run of upper-case letters is one phone and
+#     anything else one character, so `masque` and `m a s q u e` both give the six letters and
+#     `K AO R S` four phones. A WordLevel model without an unknown token: a character outside
+#     the vocabulary is an error for its record, not a silent [UNK]. [CLS] source [SEP] and
+#     [CLS] a [SEP] b [SEP] (type ids 0 / 1) as BERT has them.
+mkdir -p "$tmp/tokenizer"
+awk '
+  function esc(s) { gsub(/\\/, "\\\\", s); gsub(/"/, "\\\"", s); return s }
+  { tok[NR - 1] = $0; n = NR }
+  END {
+    printf "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n"
+    printf "  \"added_tokens\": ["
+    for (i = 0; i < 5; i++)
+      printf "%s\n    {\"id\": %d, \"content\": \"%s\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}", (i ? "," : ""), i, tok[i]
+    printf "\n  ],\n  \"normalizer\": null,\n"
+    printf "  \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"WhitespaceSplit\"}, "
+    printf "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"[A-Z]+|.\"}, \"behavior\": \"Isolated\", \"invert\": false}]},\n"
+    printf "  \"post_processor\": {\"type\": \"TemplateProcessing\",\n"
+    printf "    \"single\": [{\"SpecialToken\": {\"id\": \"[CLS]\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, {\"SpecialToken\": {\"id\": \"[SEP]\", \"type_id\": 0}}],\n"
+    printf "    \"pair\": [{\"SpecialToken\": {\"id\": \"[CLS]\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, {\"SpecialToken\": {\"id\": \"[SEP]\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"B\", \"type_id\": 1}}, {\"SpecialToken\": {\"id\": \"[SEP]\", \"type_id\": 1}}],\n"
+    printf "    \"special_tokens\": {\"[CLS]\": {\"id\": \"[CLS]\", \"ids\": [2], \"tokens\": [\"[CLS]\"]}, \"[SEP]\": {\"id\": \"[SEP]\", \"ids\": [3], \"tokens\": [\"[SEP]\"]}}},\n"
+    printf "  \"decoder\": null,\n"
+    printf "  \"model\": {\"type\": \"WordLevel\", \"vocab\": {"
+    for (i = 0; i < n; i++) printf "%s\"%s\": %d", (i ? ", " : ""), esc(tok[i]), i
+    printf "}}\n}\n"
+  }' "$tmp/vocab.txt" >"$tmp/tokenizer/tokenizer.json"
+cat >"$tmp/tokenizer/tokenizer_config.json" <<'JSON'
+{"cls_token": "[CLS]", "sep_token": "[SEP]", "mask_token": "[MASK]", "pad_token": "[PAD]"}
+JSON
+
 {
   cat "$tmp/parse.stats" "$tmp/split.stats"
   printf "letters\t%d\nphones\t%d\n" "$(wc -l <"$tmp/letters.sorted")" "$(wc -l <"$tmp/phones.sorted")"
@@ -134,6 +167,8 @@ sort "$tmp/phones.list" >"$tmp/phones.sorted"
 for f in {train,valid,test}.{tsv,ref.tsv,words} letters.txt phones.txt vocab.txt stats.txt; do
   mv -f "$tmp/$f" "$out/$f"
 done
+rm -rf "$out/tokenizer"
+mv "$tmp/tokenizer" "$out/tokenizer"
 
 awk -F '\t' -v out="$out" '
   { v[$1] = $2 }
