@@ -171,9 +171,9 @@ const masque::ParamSpec kParams[] = {
         "tie_word_embeddings (default true), pad/eos/decoder_start_token_id (defaults 58100, 0, "
         "pad)) and model.safetensors (or model.safetensors.index.json and its shards) with "
         "MarianMTModel tensor names (model.shared.weight, model.encoder.layers.N.self_attn."
-        "q_proj.weight, ..., final_logits_bias). Runs with the seq2seq task; the source.spm / "
-        "target.spm SentencePiece models are the tokenizers'. Unlike HF's generate(), no "
-        "bad_words_ids are applied: the pad id can be generated"),
+        "q_proj.weight, ..., final_logits_bias). Runs with the seq2seq task on ids (vocab.json's, "
+        "which no tokenizer plugin maps source.spm / target.spm pieces to yet). Unlike HF's "
+        "generate(), no bad_words_ids are applied: the pad id can be generated"),
     masque::models::kMatmulDtypeParam,
 };
 
