@@ -198,4 +198,32 @@ inline std::string load_error(const std::string& plugin, const std::filesystem::
   return "";
 }
 
+// The model's eos_token_id ends greedy decoding: with a config whose eos is a token the
+// reference's greedy output produces (later than first where one does), every output stops
+// before that token's first occurrence. (Logits do not depend on the eos id.)
+inline void check_cli_end_token(const std::string& plugin, const std::filesystem::path& folder,
+                                const nlohmann::json& variant) {
+  TokenId eos = -1;
+  for (const auto& p : variant["pairs"]) {
+    const auto ids = p["greedy_ids"].get<std::vector<TokenId>>();
+    for (std::size_t k = 1; k < ids.size() && eos < 0; ++k)
+      if (std::find(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids[k]) ==
+          ids.begin() + static_cast<std::ptrdiff_t>(k))
+        eos = ids[k];
+  }
+  if (eos < 0) eos = variant["pairs"][0]["greedy_ids"][0].get<TokenId>();  // ends at once
+  const auto edited =
+      edited_folder(folder, plugin + "_eos_" + folder.filename().string(), {{"eos_token_id", eos}});
+  const auto out = run_seq2seq(plugin, edited, variant,
+                               "  plugin: greedy\n  max_new_tokens: " +
+                                   std::to_string(variant["max_new_tokens"].get<int>()) + "\n");
+  REQUIRE(out.size() == variant["pairs"].size());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    auto want = variant["pairs"][i]["greedy_ids"].get<std::vector<TokenId>>();
+    want.erase(std::find(want.begin(), want.end(), eos), want.end());
+    INFO("source " << i << ", eos " << eos);
+    CHECK(out[i] == want);
+  }
+}
+
 }  // namespace masque::test::seq2seq
