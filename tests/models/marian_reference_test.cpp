@@ -1,7 +1,8 @@
 // The marian plugin against float64 references from a plain-torch MarianMTModel
 // (marian_reference.py, run by the models_marian_fixture test): teacher-forced decoder logits on
 // the KV cache for sources of different lengths, alone and in one padded batch; greedy decoding;
-// and ConfigErrors naming the key for configs the plugin cannot run.
+// ConfigErrors naming the key for configs the plugin cannot run; the spec names every
+// checkpoint tensor once.
 #include <catch2/catch.hpp>
 
 #include "masque/threading.hpp"
@@ -40,6 +41,7 @@ TEST_CASE("marian: teacher-forced logits match the float64 reference, alone and 
       CHECK(info.pad == (shared ? 79 : 71));
       CHECK(info.eos == 0);
       CHECK(info.max_positions == 64);
+      check_spec_names(*model, kFixture / name);
       check_teacher_forced(*model, reference()[name]);
     }
   }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,8 @@
 
 #include "lm_reference.hpp"
 #include "masque/error.hpp"
+#include "masque/safetensors.hpp"
+#include "masque/transformer/model.hpp"
 #include "model_plugin.hpp"
 #include "test_support.hpp"
 
@@ -137,6 +140,19 @@ inline void check_teacher_forced(const Model& model, const nlohmann::json& varia
   INFO("max |logit - reference|: alone " << alone << ", batched " << batched);
   CHECK(alone < kTol);
   CHECK(batched < kTol);
+}
+
+// The plugin's TransformerSpec names every tensor of the folder's checkpoint exactly once (the
+// names a trainer writes back under; a table shared by layers or tied to the head is listed
+// once).
+inline void check_spec_names(const Model& model, const std::filesystem::path& folder) {
+  const auto* network = dynamic_cast<const transformer::TransformerModel*>(&model);
+  REQUIRE(network != nullptr);
+  std::set<std::string> named;
+  for (const auto& p : transformer::parameters(network->spec())) CHECK(named.insert(p.name).second);
+  const SafeTensors checkpoint = transformer::open_checkpoint(folder);
+  const auto stored = checkpoint.names();
+  CHECK(named == std::set<std::string>(stored.begin(), stored.end()));
 }
 
 // Greedy decoding of every pair's source gives the reference tokens.

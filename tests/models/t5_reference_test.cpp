@@ -1,7 +1,8 @@
 // The t5 plugin against float64 references from a plain-torch T5ForConditionalGeneration
 // (t5_reference.py, run by the models_t5_fixture test): teacher-forced decoder logits on the KV
 // cache for sources of different lengths, alone and in one padded batch; greedy decoding; and
-// ConfigErrors naming the key for configs the plugin cannot run.
+// ConfigErrors naming the key for configs the plugin cannot run. The spec names every
+// checkpoint tensor once (layer 0's relative bias table too).
 #include <catch2/catch.hpp>
 
 #include "masque/threading.hpp"
@@ -38,6 +39,7 @@ TEST_CASE("t5: teacher-forced logits match the float64 reference, alone and in a
       CHECK(info.pad == 0);
       CHECK(info.eos == 1);
       CHECK(info.max_positions == 0);  // relative positions: no limit
+      check_spec_names(*model, kFixture / name);
       check_teacher_forced(*model, reference()[name]);
     }
   }
