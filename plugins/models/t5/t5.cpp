@@ -145,7 +145,7 @@ TransformerSpec read_spec(const JsonConfig& config, const SafeTensors& w) {
     }
   TransformerSpec s{.architecture = "t5",
                     .kind = ModelKind::encoder_decoder,
-                    .positions_key = "relative positions",
+                    .positions_key = {},  // relative positions: no limit to name
                     .vocab_size = vocab,
                     .source_vocab_size = vocab};
   for (StackSpec* stack : {&s.encoder, &s.decoder}) {
