@@ -311,3 +311,51 @@ TEST_CASE("mpi: --shard and sharded runs reject what they cannot do", "[mpi]") {
   CHECK(o.exit_code != 0);
   CHECK(o.err.find("needs -o FILE") != std::string::npos);
 }
+
+namespace {
+
+std::vector<json> probe(const std::vector<std::string>& launcher, const fs::path& dir) {
+  const Outcome o = run(concat(launcher, {MASQUE_DIST_PROBE}), dir);
+  INFO(o.err);
+  REQUIRE(o.exit_code == 0);
+  return parse_jsonl(read_file(dir / "stdout"));
+}
+
+}  // namespace
+
+TEST_CASE("mpi: the communicator reduces in rank order and moves bytes", "[mpi]") {
+  const fs::path dir = scratch_dir("mpi_probe");
+  SECTION("one process without mpirun") {
+    const auto lines = probe({}, dir);
+    REQUIRE(lines.size() == 1);
+    CHECK(lines[0]["uses_mpi"] == false);
+    CHECK(lines[0]["size"] == 1);
+    CHECK(lines[0]["u"] == 1);
+    CHECK(lines[0]["d"][0].get<double>() == 0.1);
+  }
+  SECTION("three ranks") {
+    auto launcher = mpirun(3);
+    launcher.pop_back();  // not masque: the probe
+    const auto lines = probe(launcher, dir);
+    REQUIRE(lines.size() == 3);
+    const double d0 = (0.1 * 1 + 0.1 * 2) + 0.1 * 3;  // rank order, in double
+    for (int r = 0; r < 3; ++r) {
+      const json& l = lines[static_cast<std::size_t>(r)];
+      INFO("rank " << r);
+      CHECK(l["rank"] == r);
+      CHECK(l["size"] == 3);
+      CHECK(l["uses_mpi"] == true);
+      CHECK(l["local_size"] == 3);
+      // ((1 + 1e8) + -1e8) is 0 in float; any other order gives 1 or 0: rank order gives 0.
+      CHECK(l["f0_bits"] == 0u);
+      CHECK(l["f_last"] == 6.0);
+      CHECK(l["d"][0].get<double>() == d0);
+      CHECK(l["d"][1].get<double>() == (1.0 / 3.0 + 1.0 / 3.0) + 1.0 / 3.0);
+      CHECK(l["u"] == 6);
+      CHECK(l["message"] == "from rank 0");
+      CHECK(l["everyone"] == json::array({"r0", "r1", "r2"}));
+    }
+    CHECK(lines[0]["echoed_bytes"] == (3u << 20) + 3);
+    CHECK(lines[0]["echoed_tail"] == "end");
+  }
+}

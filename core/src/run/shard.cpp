@@ -41,11 +41,13 @@ ShardSpec parse_shard_spec(const std::string& text) {
   const auto slash = text.find('/');
   const char* begin = text.data();
   const char* end = text.data() + text.size();
-  const bool ok = slash != std::string::npos &&
-                  std::from_chars(begin, begin + slash, spec.index).ptr == begin + slash &&
-                  std::from_chars(begin + slash + 1, end, spec.count).ptr == end &&
-                  spec.count >= 1 && spec.count <= 1000000 && spec.index >= 0 &&
-                  spec.index < spec.count;
+  const auto whole = [](const char* from, const char* to, int& value) {
+    const auto [ptr, ec] = std::from_chars(from, to, value);
+    return ec == std::errc() && ptr == to;
+  };
+  const bool ok = slash != std::string::npos && whole(begin, begin + slash, spec.index) &&
+                  whole(begin + slash + 1, end, spec.count) && spec.count >= 1 &&
+                  spec.count <= 1000000 && spec.index >= 0 && spec.index < spec.count;
   if (!ok)
     throw ConfigError("--shard: expected K/N with 0 <= K < N (e.g. 0/4 for the first of 4), got '" +
                       text + "'");
