@@ -207,7 +207,6 @@ struct Job {
 
 int sharded(const Job& job) {
   dist::Communicator& comm = job.comm;
-  const auto start = Clock::now();
   RunOptions options = run_options_from(job.vm, job.pipeline.run_params);
   if (job.vm["threads"].defaulted() && comm.uses_mpi()) options.threads = default_threads(comm);
   if (comm.rank() != 0) options.progress = false;
@@ -251,6 +250,7 @@ int sharded(const Job& job) {
 
   Plugins plugins = create_plugins(job.pipeline, job.registry);
   install_signal_handlers();
+  const auto start = Clock::now();  // as a plain run's figures: from the first record read
   // Rank r runs todo[r], todo[r + size], ...; rank 0 commits its parts at once, the others
   // keep theirs in scratch files until rank 0 takes them.
   json mine = json::array();

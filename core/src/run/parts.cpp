@@ -91,7 +91,9 @@ nlohmann::ordered_json PartsDir::figures(int shard) const {
 
 void PartsDir::assemble(int count, const fs::path& output) const {
   const fs::path temp = output.string() + ".masque-tmp";
-  {
+  if (count == 1) {
+    fs::rename(part(0), temp);  // one part, next to OUT: renamed, not copied
+  } else {
     File out(std::fopen(temp.c_str(), "wb"));
     if (!out) throw RuntimeError(temp.string() + ": cannot create: " + std::strerror(errno));
     for (int k = 0; k < count; ++k) append(out.get(), part(k), output);
