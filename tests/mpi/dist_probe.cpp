@@ -41,6 +41,7 @@ int main() {
       {"local_rank", comm.local_rank()},
       {"local_size", comm.local_size()},
       {"uses_mpi", comm.uses_mpi()},
+      {"host", comm.host()},
       {"f0_bits", f0},
       {"f_last", f.back()},
       {"d", d},
