@@ -18,13 +18,20 @@ import time
 
 
 def cpu_name():
+    """The model name, family/model numbers and the widest vector unit, from /proc/cpuinfo."""
+    info = {}
     try:
         for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            if ":" in line:
+                key, value = (x.strip() for x in line.split(":", 1))
+                info.setdefault(key, value)
     except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+        return platform.processor() or "unknown CPU"
+    flags = info.get("flags", "").split()
+    vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    return "%s (family %s, model %s, %s)" % (info.get("model name", "unknown CPU"),
+                                             info.get("cpu family", "?"), info.get("model", "?"),
+                                             vector)
 
 
 def make_inputs(scratch, lines, words):

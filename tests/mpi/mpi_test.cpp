@@ -285,6 +285,15 @@ TEST_CASE("mpi: --resume skips the shards that finished", "[mpi]") {
   CHECK(fs::exists(dir / "out.jsonl.parts/part-0.json"));
   CHECK(!fs::exists(dir / "out.jsonl.parts/part-1.json"));
 
+  // Parts of a run with other settings are not mixed in.
+  const Outcome other =
+      run(concat({binary().string()}, concat(args, {"--resume", "-f", "tsv"})), dir);
+  INFO(other.err);
+  CHECK(other.exit_code == 2);
+  CHECK(other.err.find("holds the parts of a different run (its format differs)") !=
+        std::string::npos);
+  CHECK(fs::exists(dir / "out.jsonl.parts/part-0.json"));
+
   // One process finishes it (no mpirun): only shard 1 runs.
   const Outcome resumed = run(concat({binary().string()}, concat(args, {"--resume"})), dir);
   INFO(resumed.err);
