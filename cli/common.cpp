@@ -50,7 +50,9 @@ po::options_description io_options() {
       "output: jsonl (one JSON object per record), text, tsv, nbest (id ||| text ||| score)")(
       "keep-fields", po::bool_switch(), "copy the input fields into each JSON output record")(
       "unbuffered", po::bool_switch(), "flush after every record")(
-      "threads,t", po::value<int>()->default_value(1), "worker threads (batches run in parallel)")(
+      "threads,t", po::value<int>()->default_value(1),
+      "worker threads (batches run in parallel); under mpirun the default is this rank's share "
+      "of its machine's cores")(
       "intra-threads", po::value<int>()->default_value(1),
       "oneDNN threads inside each worker (helps one long batch; 1 is best for small models)")(
       "quiet,q", po::bool_switch(), "no progress line and no summary on stderr")(

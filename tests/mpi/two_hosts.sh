@@ -82,9 +82,47 @@ PY
 on_two_hosts "'$masque' run '$pipeline' -i '$work/in.txt' -o '$work/two.jsonl'" \
   2>"$work/stderr" || { cat "$work/stderr"; echo "two_hosts: FAILED: masque run under mpirun"; exit 1; }
 cat "$work/stderr"
-if cmp -s "$work/plain.jsonl" "$work/two.jsonl"; then
-  echo "two_hosts: passed: 2 ranks on host-a and host-b (10.77.0.1, 10.77.0.2) wrote the plain run's output"
-else
-  echo "two_hosts: FAILED: the output differs from one process's"
-  exit 1
+cmp -s "$work/plain.jsonl" "$work/two.jsonl" ||
+  { echo "two_hosts: FAILED: the output differs from one process's"; exit 1; }
+echo "two_hosts: 2 ranks on host-a and host-b (10.77.0.1, 10.77.0.2) wrote the plain run's output"
+
+# Host B disappears mid-run (every process in its namespace killed): the run fails naming it,
+# leaves no output, and --resume on both hosts finishes with the plain run's output.
+python3 - "$work/big.txt" <<'PY'
+import random, sys
+rng = random.Random(5)
+w = "once upon a time there was a little girl named Lily she liked to play in the park".split()
+with open(sys.argv[1], "w") as f:
+    for _ in range(4000):
+        f.write(" ".join(rng.choice(w) for _ in range(rng.randint(10, 40))) + "\n")
+PY
+"$masque" run "$pipeline" -i "$work/big.txt" -o "$work/big-plain.jsonl" --quiet
+run_big="'$masque' run '$pipeline' -i '$work/big.txt' -o '$work/big.jsonl' --quiet"
+on_two_hosts "$run_big" 2>"$work/stderr" &
+job=$!
+# Once rank 1 is at work on host B (its masque process exists), everything there goes.
+for _ in $(seq 300); do
+  for p in $(ip netns pids "$b"); do
+    [ "$(cat /proc/"$p"/comm 2>/dev/null)" = masque ] && break 2
+  done
+  sleep 0.1
+done
+sleep 1.5
+pids=$(ip netns pids "$b")
+[ -n "$pids" ] || { echo "two_hosts: FAILED: nothing ran on host B"; exit 1; }
+kill -9 $pids
+if wait $job; then
+  echo "two_hosts: FAILED: the run succeeded although host B went away"; exit 1
 fi
+# Open MPI names the lost daemon's node; killed while its daemon was still reporting in, it only
+# says a daemon failed.
+grep -Eq "host-b|10\.77\.0\.2|daemon" "$work/stderr" ||
+  { cat "$work/stderr" >&2; echo "two_hosts: FAILED: no word of the lost host"; exit 1; }
+[ ! -e "$work/big.jsonl" ] || { echo "two_hosts: FAILED: an output exists after the failure"; exit 1; }
+echo "two_hosts: host B killed mid-run: non-zero exit, no output; mpirun said:"
+grep -E "host-b|10\.77\.0\.2|daemon" "$work/stderr" | head -3
+on_two_hosts "$run_big --resume" 2>"$work/stderr" ||
+  { cat "$work/stderr"; echo "two_hosts: FAILED: --resume"; exit 1; }
+cmp -s "$work/big-plain.jsonl" "$work/big.jsonl" ||
+  { echo "two_hosts: FAILED: the resumed output differs from one process's"; exit 1; }
+echo "two_hosts: passed (--resume after the lost host wrote the plain run's output)"
