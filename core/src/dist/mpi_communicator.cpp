@@ -162,7 +162,8 @@ class MpiWorld final : public Communicator {
   // MPI_Allreduce may add in any order (a tree, a ring), which changes the low bits.
   template <class T>
   void reduce_in_order(std::span<T> data) {
-    std::vector<T> all(rank_ == 0 ? kPiece * static_cast<std::size_t>(size_) : 0);
+    const std::size_t piece_size = std::min(kPiece, data.size());
+    std::vector<T> all(rank_ == 0 ? piece_size * static_cast<std::size_t>(size_) : 0);
     for (std::size_t at = 0; at < data.size(); at += kPiece) {
       const std::size_t n = std::min(kPiece, data.size() - at);
       T* piece = data.data() + at;
