@@ -1,8 +1,10 @@
 // masque run PIPELINE: stream a corpus through a pipeline.
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "common.hpp"
+#include "dist_run.hpp"
 #include "masque/error.hpp"
 #include "tasks/task.hpp"
 
@@ -26,6 +28,12 @@ Run settings (batching and input limits) go in the pipeline's `run:` section or 
 `masque tasks` lists them. Older pipelines that set them under `task:` keep working (they are
 read as run settings; --dump-config says so on stderr).
 
+Scale-out (docs/scale-out.md): `mpirun -n N masque run PIPELINE -i IN -o OUT` splits IN into N
+shards by bytes (at record boundaries); each rank runs one, with --threads defaulting to its
+cores, and rank 0 writes OUT, identical to one process's output, with the corpus summary of
+all ranks. A failed run keeps its finished shards in OUT.parts/; --resume finishes it.
+Without MPI, --shard K/N runs shard K of N alone (for GNU parallel; concatenate the outputs).
+
 Exit codes: 0 ok; 1 some records failed; 2 usage or configuration error; 3 runtime failure;
 128+N interrupted by signal N (only complete records were written).
 )";
@@ -40,8 +48,15 @@ int cmd_run(int argc, char** argv) {
                                                     "print the fully resolved pipeline and exit")(
       "allow-plugin-file", po::bool_switch(),
       "allow `plugin:` values that name a library file instead of an installed plugin");
+  po::options_description scale_opts("Scale-out");
+  scale_opts.add_options()("shard", po::value<std::string>(),
+                           "K/N: run only shard K (0-based) of N equal byte ranges of -i FILE; "
+                           "record ids stay those of the whole file")(
+      "resume", po::bool_switch(),
+      "finish a sharded run (mpirun, or one that failed) from the parts in OUT.parts/, "
+      "without redoing the shards that finished");
   po::options_description visible;
-  visible.add(pipeline_opts).add(io_options());
+  visible.add(pipeline_opts).add(io_options()).add(scale_opts);
   po::options_description hidden;
   hidden.add_options()("pipeline", po::value<std::string>());
   po::positional_options_description pos;
@@ -65,6 +80,18 @@ int cmd_run(int argc, char** argv) {
     std::cout << pipeline.dump();
     return kExitOk;
   }
+  if (vm.count("shard"))
+    return run_one_shard(pipeline, *registry, vm, parse_shard_spec(vm["shard"].as<std::string>()));
+  if (dist::launched_by_mpi() && !dist::mpi_compiled()) {
+    const char* ranks = std::getenv("OMPI_COMM_WORLD_SIZE");
+    if (ranks && std::string(ranks) != "1")
+      throw ConfigError(
+          "this masque was built without MPI, so each of the " + std::string(ranks) +
+          " processes mpirun started would run the whole corpus; rebuild with libopenmpi-dev "
+          "installed (masque --version says whether MPI is compiled in), or use --shard K/N");
+  }
+  if ((dist::launched_by_mpi() && dist::mpi_compiled()) || vm["resume"].as<bool>())
+    return run_sharded(pipeline, *registry, vm);
   return run_pipeline(pipeline, *registry, vm);
 }
 

@@ -50,7 +50,9 @@ po::options_description io_options() {
       "output: jsonl (one JSON object per record), text, tsv, nbest (id ||| text ||| score)")(
       "keep-fields", po::bool_switch(), "copy the input fields into each JSON output record")(
       "unbuffered", po::bool_switch(), "flush after every record")(
-      "threads,t", po::value<int>()->default_value(1), "worker threads (batches run in parallel)")(
+      "threads,t", po::value<int>()->default_value(1),
+      "worker threads (batches run in parallel); under mpirun the default is this rank's share "
+      "of its machine's cores")(
       "intra-threads", po::value<int>()->default_value(1),
       "oneDNN threads inside each worker (helps one long batch; 1 is best for small models)")(
       "quiet,q", po::bool_switch(), "no progress line and no summary on stderr")(
@@ -107,23 +109,18 @@ void open_streams(const po::variables_map& vm, Streams& s) {
   }
 }
 
-int run_pipeline(const Pipeline& pipeline, const Registry& registry, const po::variables_map& vm) {
-  RunOptions options = run_options_from(vm, pipeline.run_params);
-  Streams streams;
-  open_streams(vm, streams);
-  options.input_size = streams.input_size;
-  Plugins plugins = create_plugins(pipeline, registry);
-  std::unique_ptr<Task> task = create_task(pipeline, plugins);
-  install_signal_handlers();
-  RunStats stats = run_corpus(*task, streams.in, streams.out, options);
+void report_summary(const Task& task, const RunStats& stats, const RunOptions& options) {
   if (!options.summary_file.empty()) {
     std::ofstream f(options.summary_file);
-    f << summary_json(*task, stats).dump(2) << "\n";
+    f << summary_json(task, stats).dump(2) << "\n";
     if (!f)
       std::fprintf(stderr, "masque: cannot write the summary to %s\n",
                    options.summary_file.c_str());
   }
-  if (!options.quiet) std::fputs(summary_text(*task, stats).c_str(), stderr);
+  if (!options.quiet) std::fputs(summary_text(task, stats).c_str(), stderr);
+}
+
+int finish_run(const RunStats& stats) {
   if (stats.interrupted) {
     std::fprintf(stderr, "masque: interrupted after %llu complete records\n",
                  static_cast<unsigned long long>(stats.records));
@@ -142,6 +139,19 @@ int run_pipeline(const Pipeline& pipeline, const Registry& registry, const po::v
     std::_Exit(kExitRecordsFailed);
   }
   return stats.failed ? kExitRecordsFailed : kExitOk;
+}
+
+int run_pipeline(const Pipeline& pipeline, const Registry& registry, const po::variables_map& vm) {
+  RunOptions options = run_options_from(vm, pipeline.run_params);
+  Streams streams;
+  open_streams(vm, streams);
+  options.input_size = streams.input_size;
+  Plugins plugins = create_plugins(pipeline, registry);
+  std::unique_ptr<Task> task = create_task(pipeline, plugins);
+  install_signal_handlers();
+  RunStats stats = run_corpus(*task, streams.in, streams.out, options);
+  report_summary(*task, stats, options);
+  return finish_run(stats);
 }
 
 }  // namespace masque::cli

@@ -39,6 +39,12 @@ struct Streams {
 };
 void open_streams(const po::variables_map& vm, Streams& streams);
 
+// Writes --summary and prints the summary on stderr (unless --quiet).
+void report_summary(const Task& task, const RunStats& stats, const RunOptions& options);
+// The exit code of a finished run; a run that stopped early ends the process here (its
+// workers may still be busy) after saying why.
+int finish_run(const RunStats& stats);
+
 // Runs the pipeline's task over the input; returns the exit code.
 int run_pipeline(const Pipeline& pipeline, const Registry& registry, const po::variables_map& vm);
 

@@ -7,6 +7,7 @@
 #include <boost/program_options/errors.hpp>
 
 #include "masque/abi.hpp"
+#include "masque/dist.hpp"
 #include "masque/error.hpp"
 
 namespace masque::cli {
@@ -64,8 +65,8 @@ int main(int argc, char** argv) {
       return kExitOk;
     }
     if (command == "--version" || command == "version") {
-      std::printf("masque %s\nplugin ABI %u.%u\nbuild %s\n", kVersion, kAbiMajor, kAbiMinor,
-                  kBuildFingerprint);
+      std::printf("masque %s\nplugin ABI %u.%u\nbuild %s\nMPI: %s\n", kVersion, kAbiMajor,
+                  kAbiMinor, kBuildFingerprint, dist::mpi_version().c_str());
       return kExitOk;
     }
     // Subcommands see argv[0] = "masque COMMAND".

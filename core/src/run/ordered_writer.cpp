@@ -64,7 +64,7 @@ void OrderedWriter::run() {
   OutputWriter out(out_, options_.unbuffered);
   Progress progress;
   Result result;
-  for (std::uint64_t next = 0; queue_.take(result, next, stop_); ++next) {
+  for (std::uint64_t next = options_.first_record; queue_.take(result, next, stop_); ++next) {
     if (!write(result, out)) {
       stop_ = true;
       break;

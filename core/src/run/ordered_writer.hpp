@@ -20,6 +20,8 @@ namespace masque {
 // Results keyed by record id (0, 1, 2, ... in input order), taken in that order.
 class ResultQueue {
  public:
+  // Ids start at `first` (a shard's first record).
+  explicit ResultQueue(std::uint64_t first = 0) : taken_(first) {}
   void put(std::vector<Result> results);
   void put(Result result);
   // No record at or past `total` will come: take() returns false once all before are taken.
@@ -48,6 +50,7 @@ struct WriterOptions {
   bool fail_fast = false;      // stop at the first failed record
   bool progress = false;       // a live status line on stderr
   std::uint64_t input_size = 0;
+  std::uint64_t first_record = 0;  // the id of the first record (a shard's)
 };
 
 struct WriterStats {

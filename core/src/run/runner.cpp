@@ -65,7 +65,8 @@ WriterOptions writer_options(const Task& task, const RunOptions& o) {
           .report_errors = o.format == OutputFormat::text && !o.quiet,
           .fail_fast = o.fail_fast,
           .progress = o.progress,
-          .input_size = o.input_size};
+          .input_size = o.input_size,
+          .first_record = o.first_record};
 }
 
 // One run_corpus call: reads into the batcher, hands its batches to the workers and lets the
@@ -92,12 +93,12 @@ class CorpusRun {
   const Task& task_;
   const RunOptions& options_;
   // Batches in flight hold the queue by shared_ptr: they may finish after run() returned.
-  std::shared_ptr<ResultQueue> queue_ = std::make_shared<ResultQueue>();
+  std::shared_ptr<ResultQueue> queue_ = std::make_shared<ResultQueue>(options_.first_record);
   ThreadPool* pool_;
   Batcher batcher_;
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> bytes_read_{0};
-  std::uint64_t read_ = 0;
+  std::uint64_t read_ = options_.first_record;  // the next record's id
   std::exception_ptr input_error_;
 };
 
@@ -129,13 +130,13 @@ RunStats CorpusRun::run(std::FILE* in, std::FILE* out) {
 void CorpusRun::read(RecordReader& reader) {
   const std::uint64_t in_flight = 2 * batcher_.window_size() + 1;
   try {
-    while (!stopping()) {
+    while (!stopping() && reader.bytes_read() < options_.input_limit) {
       // A slow or interactive producer: run what is read before waiting for more.
       if (!batcher_.empty() && reader.would_block()) submit_window();
       auto item = std::make_unique<Item>();
       if (!reader.next(item->record)) break;
       bytes_read_ = reader.bytes_read();
-      ++read_;
+      item->record.id = read_++;  // global in a shard (the reader counts from 0)
       if (!item->record.error.empty()) {
         queue_->put(error_result(item->record.id, item->record.error));
       } else if (batcher_.add(std::move(item))) {

@@ -29,6 +29,10 @@ struct RunOptions {
   bool keep_fields = false;      // copy the input fields into each JSON output record
   std::string summary_file;      // write the corpus summary as JSON there
   std::uint64_t input_size = 0;  // bytes, when known (for the ETA)
+  // A shard of a larger input (run/shard.hpp): the id of the first record read, and the bytes
+  // to read (the reader stops at that record boundary).
+  std::uint64_t first_record = 0;
+  std::uint64_t input_limit = UINT64_MAX;
 };
 
 struct RunStats {
@@ -37,6 +41,9 @@ struct RunStats {
   bool interrupted = false;
   bool stopped_on_failure = false;
   std::string output_error;
+
+  // Every record was read and written: nothing stopped the run early.
+  bool complete() const { return !interrupted && !stopped_on_failure && output_error.empty(); }
 };
 
 // Installs SIGINT/SIGTERM handlers that make run_corpus stop cleanly (only complete records

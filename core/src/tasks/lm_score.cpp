@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "masque/error.hpp"
+#include "run/exact_sum.hpp"
 #include "tasks/common.hpp"
 
 namespace masque {
@@ -55,10 +56,23 @@ class LmScoreTask final : public Task {
     nlohmann::ordered_json j;
     j["records"] = records_;
     j["scored_tokens"] = scored_;
-    j["nll"] = total_nll_;
-    j["mean_nll"] = scored_ ? total_nll_ / static_cast<double>(scored_) : 0.0;
-    j["perplexity"] = scored_ ? std::exp(total_nll_ / static_cast<double>(scored_)) : 0.0;
+    const double nll = total_nll_.value();
+    j["nll"] = nll;
+    j["mean_nll"] = scored_ ? nll / static_cast<double>(scored_) : 0.0;
+    j["perplexity"] = scored_ ? std::exp(nll / static_cast<double>(scored_)) : 0.0;
     return j;
+  }
+
+  nlohmann::ordered_json summary_state() const override {
+    std::lock_guard lock(mutex_);
+    return {{"records", records_}, {"scored_tokens", scored_}, {"nll", total_nll_.encode()}};
+  }
+
+  void merge_summary_state(const nlohmann::ordered_json& state) override {
+    std::lock_guard lock(mutex_);
+    records_ += state.value("records", std::uint64_t{0});
+    scored_ += state.value("scored_tokens", std::uint64_t{0});
+    total_nll_.add(ExactSum::decode(state.value("nll", std::string())));
   }
 
   std::string summary_text() const override {
@@ -117,7 +131,7 @@ class LmScoreTask final : public Task {
       std::lock_guard lock(mutex_);
       ++records_;
       scored_ += ids.size() - 1;
-      total_nll_ += nll;
+      total_nll_.add(nll);  // exact: the corpus NLL does not depend on the batch order
     }
   }
 
@@ -128,7 +142,7 @@ class LmScoreTask final : public Task {
   bool token_logprobs_;
   mutable std::mutex mutex_;
   mutable std::uint64_t records_ = 0, scored_ = 0;
-  mutable double total_nll_ = 0;
+  mutable ExactSum total_nll_;
 };
 
 std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {

@@ -55,6 +55,11 @@ class Task {
   virtual std::vector<Result> process(std::span<Item* const> batch) const = 0;
   // Corpus-level figures (perplexity, ...), merged over all batches.
   virtual nlohmann::ordered_json summary() const { return nlohmann::ordered_json::object(); }
+  // The additive state behind summary(), to merge shards of a corpus run (masque run under
+  // mpirun, --resume): merge_summary_state(other.summary_state()) makes this task's summary
+  // that of both record sets, whatever the order of the merges.
+  virtual nlohmann::ordered_json summary_state() const { return nlohmann::ordered_json::object(); }
+  virtual void merge_summary_state(const nlohmann::ordered_json& /*state*/) {}
   // Human-readable summary line(s) for stderr, or "".
   virtual std::string summary_text() const { return ""; }
   // Fields of the JSON object that --format tsv writes after the id.

@@ -1,0 +1,407 @@
+#include "dist_run.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "masque/error.hpp"
+#include "run/parts.hpp"
+
+namespace masque::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::ordered_json;
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using File = std::unique_ptr<std::FILE, FileCloser>;
+
+// The input as a regular file (shards are byte ranges of it).
+std::string input_file(const po::variables_map& vm, const char* why) {
+  const std::string in = vm["input"].as<std::string>();
+  struct stat st {};
+  if (in == "-" || ::stat(in.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+    throw ConfigError(std::string(why) + " needs -i FILE, a regular file (got '" + in +
+                      "'): the processes read their shares of it");
+  return in;
+}
+
+int open_input(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw ConfigError(path + ": cannot open the input file: " + std::strerror(errno));
+  return fd;
+}
+
+// A file opened on `path` positioned at `offset`, for the record reader.
+File input_at(const std::string& path, std::uint64_t offset) {
+  File f(std::fopen(path.c_str(), "rb"));
+  if (!f || ::lseek(fileno(f.get()), static_cast<off_t>(offset), SEEK_SET) < 0)
+    throw RuntimeError(path + ": cannot open the input file: " + std::strerror(errno));
+  return f;
+}
+
+// An unnamed file in $TMPDIR: a rank's output until rank 0 takes it.
+File scratch_file() {
+  const char* dir = std::getenv("TMPDIR");
+  std::string name = std::string(dir && *dir ? dir : "/tmp") + "/masque-shard-XXXXXX";
+  const int fd = ::mkstemp(name.data());
+  if (fd < 0)
+    throw RuntimeError(name + ": cannot create a temporary file: " + std::strerror(errno));
+  ::unlink(name.c_str());
+  return File(::fdopen(fd, "w+b"));
+}
+
+// What makes two runs' parts interchangeable: the same input file and the same settings.
+json run_identity(const Pipeline& pipeline, const po::variables_map& vm, const std::string& in) {
+  struct stat st {};
+  ::stat(in.c_str(), &st);
+  json id;
+  id["input"] = fs::absolute(in).string();
+  id["input_bytes"] = static_cast<std::uint64_t>(st.st_size);
+  id["input_mtime_ns"] =
+      static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  id["pipeline"] = pipeline.dump();
+  for (const char* key : {"input-format", "field", "format"}) id[key] = vm[key].as<std::string>();
+  id["columns"] = vm.count("columns") ? vm["columns"].as<std::string>() : "";
+  id["keep-fields"] = vm["keep-fields"].as<bool>();
+  return id;
+}
+
+// Rank 0's plan, sent to every rank: the shard count and the shards already done, or an error.
+json make_plan(const PartsDir& parts, const json& identity, bool resume, int ranks) {
+  json plan{{"shards", ranks}, {"done", json::array()}, {"note", ""}};
+  const json old = resume ? parts.manifest() : json();
+  if (resume && old.is_null()) {
+    plan["note"] = "nothing to resume in " + parts.path().string() + "; running from the start";
+  } else if (resume) {
+    for (const auto& [key, value] : identity.items())
+      if (!old.contains("run") || old["run"].value(key, json()) != value) {
+        plan["error"] = parts.path().string() + " holds the parts of a different run (its " + key +
+                        " differs): run without --resume to start again, or remove the directory";
+        return plan;
+      }
+    const int shards = old.value("shards", 0);
+    if (shards < 1) {
+      plan["error"] = parts.path().string() + "/manifest.json: no shard count";
+      return plan;
+    }
+    plan["shards"] = shards;
+    for (int k = 0; k < shards; ++k)
+      if (parts.done(k)) plan["done"].push_back(k);
+    plan["note"] = "resuming: " + std::to_string(shards - static_cast<int>(plan["done"].size())) +
+                   " of " + std::to_string(shards) + " shards to run (the others finished before)";
+    return plan;
+  }
+  parts.create(json{{"shards", ranks}, {"run", identity}});
+  return plan;
+}
+
+// One shard's run; `out` gets its records. Leaves `task` alive when the run stopped early.
+struct ShardOutcome {
+  int shard = 0;
+  RunStats stats;
+  json figures;  // records, failed, tokens, the task's summary state
+};
+
+ShardOutcome run_shard(int shard, int count, const std::string& in, const ShardedInput& info,
+                       const Pipeline& pipeline, const Plugins& plugins, RunOptions options,
+                       std::FILE* out) {
+  const int fd = open_input(in);
+  const ShardRange range = shard_range(fd, info, shard, count);
+  ::close(fd);
+  File input = input_at(in, range.begin);
+  options.first_record = range.first_record;
+  options.input_limit = range.end - range.begin;
+  options.input_size = options.input_limit;
+  if (options.input.columns.empty()) options.input.columns = info.columns;
+  auto task = create_task(pipeline, plugins);
+  ShardOutcome outcome;
+  outcome.shard = shard;
+  outcome.stats = run_corpus(*task, input.get(), out, options);
+  if (!outcome.stats.complete()) {
+    static_cast<void>(task.release());  // workers may still use it: left to the process exit
+    static_cast<void>(input.release());
+    return outcome;
+  }
+  outcome.figures = {{"shard", shard},
+                     {"first_record", range.first_record},
+                     {"records", outcome.stats.records},
+                     {"failed", outcome.stats.failed},
+                     {"tokens", outcome.stats.tokens},
+                     {"state", task->summary_state()}};
+  return outcome;
+}
+
+// Why a shard stopped early, and the exit code that says so.
+json incomplete(int shard, const RunStats& s) {
+  json j{{"shard", shard}};
+  if (s.interrupted) {
+    j["error"] = "interrupted by signal " + std::to_string(interrupt_signal());
+    j["code"] = 128 + interrupt_signal();
+  } else if (!s.output_error.empty()) {
+    j["error"] = "cannot write its output (" + s.output_error + ")";
+    j["code"] = kExitRuntime;
+  } else {
+    j["error"] = "stopped at a failed record (--fail-fast)";
+    j["code"] = kExitRecordsFailed;
+  }
+  return j;
+}
+
+// Rank r > 0 streams a finished shard's scratch file to rank 0 in pieces; an empty piece ends.
+void send_part(dist::Communicator& comm, std::FILE* file, int shard) {
+  std::rewind(file);
+  std::string piece(std::size_t{4} << 20, '\0');
+  while (std::size_t n = std::fread(piece.data(), 1, piece.size(), file))
+    comm.send(std::string_view(piece.data(), n), 0, shard);
+  if (std::ferror(file))
+    throw RuntimeError("cannot read back the output of shard " + std::to_string(shard));
+  comm.send({}, 0, shard);
+}
+
+void receive_part(dist::Communicator& comm, const PartsDir& parts, int shard, int from) {
+  File out(std::fopen(parts.temp(shard).c_str(), "wb"));
+  if (!out) throw RuntimeError(parts.temp(shard).string() + ": cannot create");
+  while (true) {
+    const std::string piece = comm.receive(from, shard);
+    if (piece.empty()) break;
+    if (std::fwrite(piece.data(), 1, piece.size(), out.get()) != piece.size())
+      throw RuntimeError(parts.temp(shard).string() + ": cannot write: " + std::strerror(errno));
+  }
+  if (std::fflush(out.get()) != 0)
+    throw RuntimeError(parts.temp(shard).string() + ": cannot write: " + std::strerror(errno));
+}
+
+// Rank 0: the corpus figures of all shards, merged in shard order.
+RunStats merge_figures(const PartsDir& parts, int shards, Task& total) {
+  RunStats stats;
+  for (int k = 0; k < shards; ++k) {
+    const json f = parts.figures(k);
+    stats.records += f.value("records", std::uint64_t{0});
+    stats.failed += f.value("failed", std::uint64_t{0});
+    stats.tokens += f.value("tokens", std::uint64_t{0});
+    total.merge_summary_state(f.value("state", json::object()));
+  }
+  return stats;
+}
+
+struct Job {
+  dist::Communicator& comm;
+  const Pipeline& pipeline;
+  const Registry& registry;
+  const po::variables_map& vm;
+};
+
+int sharded(const Job& job) {
+  dist::Communicator& comm = job.comm;
+  RunOptions options = run_options_from(job.vm, job.pipeline.run_params);
+  if (job.vm["threads"].defaulted() && comm.uses_mpi()) options.threads = default_threads(comm);
+  if (comm.rank() != 0) options.progress = false;
+  const char* why = comm.uses_mpi() ? "masque run under mpirun" : "masque run --resume";
+  const std::string in = input_file(job.vm, why);
+  const std::string out = job.vm["output"].as<std::string>();
+  if (out == "-")
+    throw ConfigError(std::string(why) +
+                      " needs -o FILE: the output is put together from per-shard parts next to it");
+  const int fd = open_input(in);
+  const ShardedInput info = inspect_input(fd, options.input);
+  ::close(fd);
+  const PartsDir parts(out);
+
+  // Rank 0 decides which shards are to run; every rank learns it.
+  std::string plan_text;
+  if (comm.rank() == 0) {
+    try {
+      plan_text = make_plan(parts, run_identity(job.pipeline, job.vm, in),
+                            job.vm["resume"].as<bool>(), comm.size())
+                      .dump();
+    } catch (const std::exception& e) {
+      plan_text = json{{"error", e.what()}}.dump();
+    }
+  }
+  comm.broadcast(plan_text, 0);
+  const json plan = json::parse(plan_text);
+  if (plan.contains("error")) {
+    if (comm.rank() == 0)
+      std::fprintf(stderr, "masque: error: %s\n", plan["error"].get<std::string>().c_str());
+    return kExitUsage;  // the same on every rank: MPI ends normally
+  }
+  if (comm.rank() == 0 && !plan["note"].get<std::string>().empty() && !options.quiet)
+    std::fprintf(stderr, "masque: note: %s\n", plan["note"].get<std::string>().c_str());
+  const int shards = plan["shards"].get<int>();
+  std::vector<bool> done(static_cast<std::size_t>(shards), false);
+  for (const auto& k : plan["done"]) done[k.get<std::size_t>()] = true;
+  std::vector<int> todo;
+  for (int k = 0; k < shards; ++k)
+    if (!done[static_cast<std::size_t>(k)]) todo.push_back(k);
+
+  Plugins plugins = create_plugins(job.pipeline, job.registry);
+  install_signal_handlers();
+  const auto start = Clock::now();  // as a plain run's figures: from the first record read
+  // Rank r runs todo[r], todo[r + size], ...; rank 0 commits its parts at once, the others
+  // keep theirs in scratch files until rank 0 takes them.
+  json mine = json::array();
+  std::vector<File> scratch;
+  bool stopped = false;
+  for (std::size_t i = static_cast<std::size_t>(comm.rank()); i < todo.size();
+       i += static_cast<std::size_t>(comm.size())) {
+    const int k = todo[i];
+    File part = comm.rank() == 0 ? File(std::fopen(parts.temp(k).c_str(), "wb")) : scratch_file();
+    if (!part) throw RuntimeError(parts.temp(k).string() + ": cannot create");
+    ShardOutcome o = run_shard(k, shards, in, info, job.pipeline, plugins, options, part.get());
+    if (!o.stats.complete()) {
+      mine.push_back(incomplete(k, o.stats));
+      mine.back()["host"] = comm.host();
+      static_cast<void>(part.release());
+      stopped = true;
+      break;
+    }
+    if (std::fflush(part.get()) != 0)
+      throw RuntimeError("cannot write the output of shard " + std::to_string(k) + ": " +
+                         std::strerror(errno));
+    if (comm.rank() == 0) {
+      part.reset();
+      parts.commit(k, o.figures);
+    } else {
+      scratch.push_back(std::move(part));
+    }
+    mine.push_back({{"shard", k}, {"figures", o.figures}});
+  }
+
+  // Every rank learns every outcome; the finished parts move to rank 0 in rank order.
+  const std::vector<std::string> outcomes = comm.all_gather(mine.dump());
+  std::vector<std::string> failures;
+  int failure_code = kExitOk;
+  for (int r = 0; r < comm.size(); ++r) {
+    std::size_t next_scratch = 0;
+    for (const auto& o : json::parse(outcomes[static_cast<std::size_t>(r)])) {
+      const int k = o["shard"].get<int>();
+      if (o.contains("error")) {
+        failures.push_back("shard " + std::to_string(k) + " (rank " + std::to_string(r) + " on " +
+                           o["host"].get<std::string>() + "): " + o["error"].get<std::string>());
+        if (failure_code == kExitOk) failure_code = o["code"].get<int>();
+        continue;
+      }
+      if (r == 0) continue;
+      if (comm.rank() == r) send_part(comm, scratch[next_scratch++].get(), k);
+      if (comm.rank() == 0) {
+        receive_part(comm, parts, k, r);
+        parts.commit(k, o["figures"]);
+      }
+    }
+  }
+
+  int code = kExitOk;
+  if (comm.rank() == 0) {
+    if (failures.empty()) {
+      auto total = create_task(job.pipeline, plugins);
+      RunStats stats = merge_figures(parts, shards, *total);
+      stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      parts.assemble(shards, out);
+      report_summary(*total, stats, options);
+      code = stats.failed ? kExitRecordsFailed : kExitOk;
+    } else {
+      for (const auto& f : failures) std::fprintf(stderr, "masque: %s\n", f.c_str());
+      std::fprintf(stderr,
+                   "masque: %s is not written; the finished shards are kept in %s: run the same "
+                   "command with --resume to finish\n",
+                   out.c_str(), parts.path().c_str());
+      code = failure_code;
+    }
+  }
+  std::string code_text = std::to_string(code);
+  comm.broadcast(code_text, 0);
+  code = std::stoi(code_text);
+  if (stopped || !failures.empty()) {
+    // Workers of a stopped shard may still be busy: end here rather than unwind.
+    std::fflush(nullptr);
+    dist::finalize();
+    std::_Exit(code);
+  }
+  return code;
+}
+
+[[noreturn]] void abort_job(dist::Communicator& comm, const char* message, int code) {
+  std::fprintf(stderr, "masque: %s: error: %s\n", comm.where().c_str(), message);
+  std::fflush(nullptr);
+  comm.abort(code);
+  std::_Exit(code);  // not reached: abort() does not return
+}
+
+}  // namespace
+
+int default_threads(const dist::Communicator& comm) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) < cores)
+    return std::max(1, CPU_COUNT(&set));  // bound by the launcher: its cores are this rank's
+  return std::max(1, cores / std::max(1, comm.local_size()));
+}
+
+int run_sharded(const Pipeline& pipeline, const Registry& registry, const po::variables_map& vm) {
+  dist::Communicator& comm = dist::world();
+  if (!comm.uses_mpi()) return sharded({comm, pipeline, registry, vm});
+  // An error on one rank would leave the others waiting: it ends the whole job, naming the rank.
+  try {
+    return sharded({comm, pipeline, registry, vm});
+  } catch (const ConfigError& e) {
+    abort_job(comm, e.what(), kExitUsage);
+  } catch (const std::exception& e) {
+    abort_job(comm, e.what(), kExitRuntime);
+  }
+}
+
+int run_one_shard(const Pipeline& pipeline, const Registry& registry, const po::variables_map& vm,
+                  ShardSpec shard) {
+  if (vm["resume"].as<bool>())
+    throw ConfigError(
+        "--shard and --resume do not go together: with --shard, skip the shards "
+        "whose output exists (GNU parallel's --resume does)");
+  if (dist::world().size() > 1)
+    throw ConfigError("--shard under mpirun with several ranks: mpirun shards by itself");
+  RunOptions options = run_options_from(vm, pipeline.run_params);
+  const std::string in = input_file(vm, "masque run --shard");
+  const std::string out = vm["output"].as<std::string>();
+  const int fd = open_input(in);
+  const ShardedInput info = inspect_input(fd, options.input);
+  ::close(fd);
+  // Written under a temporary name, renamed when the shard is complete.
+  const std::string temp = out == "-" ? "" : out + ".masque-tmp";
+  File file;
+  if (!temp.empty()) {
+    file.reset(std::fopen(temp.c_str(), "wb"));
+    if (!file) throw ConfigError(temp + ": cannot open the output file: " + std::strerror(errno));
+  }
+  Plugins plugins = create_plugins(pipeline, registry);
+  install_signal_handlers();
+  ShardOutcome o = run_shard(shard.index, shard.count, in, info, pipeline, plugins, options,
+                             file ? file.get() : stdout);
+  if (!o.stats.complete()) {
+    static_cast<void>(file.release());
+    return finish_run(o.stats);
+  }
+  if (file && std::fflush(file.get()) != 0)
+    throw RuntimeError(temp + ": cannot write: " + std::strerror(errno));
+  file.reset();
+  if (!temp.empty()) fs::rename(temp, out);
+  auto total = create_task(pipeline, plugins);
+  total->merge_summary_state(o.figures["state"]);
+  report_summary(*total, o.stats, options);
+  return finish_run(o.stats);
+}
+
+}  // namespace masque::cli

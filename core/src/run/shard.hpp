@@ -1,0 +1,44 @@
+// Shards of a corpus file: N contiguous byte ranges of about equal size, each starting at the
+// beginning of a record, so N processes can each read one and their outputs, concatenated in
+// shard order, are what one process writes (the record ids are global).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/records.hpp"
+
+namespace masque {
+
+// "K/N" (0 <= K < N): shard K of N. ConfigError naming --shard otherwise.
+struct ShardSpec {
+  int index = 0;
+  int count = 1;
+};
+ShardSpec parse_shard_spec(const std::string& text);
+
+// What every shard needs to know about the whole input file.
+struct ShardedInput {
+  std::uint64_t size = 0;            // bytes in the file
+  std::uint64_t data_begin = 0;      // after the TSV header line, else 0
+  std::vector<std::string> columns;  // the TSV header's columns (when read from the file)
+};
+
+// Reads the TSV header when `input` needs one; ConfigError when it is over the record limit.
+ShardedInput inspect_input(int fd, const InputOptions& input);
+
+// Byte range [begin, end) of shard `index` of `count`, and the id of its first record.
+struct ShardRange {
+  std::uint64_t begin = 0, end = 0;
+  std::uint64_t first_record = 0;
+};
+
+// The first record boundary at or after data_begin + index * (size - data_begin) / count.
+std::uint64_t shard_begin(int fd, const ShardedInput& input, int index, int count);
+// The number of line ends in [begin, end): the records before `end` when begin is a boundary.
+std::uint64_t count_line_ends(int fd, std::uint64_t begin, std::uint64_t end);
+// The whole range, its first record counted from the start of the data.
+ShardRange shard_range(int fd, const ShardedInput& input, int index, int count);
+
+}  // namespace masque

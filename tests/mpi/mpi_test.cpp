@@ -1,0 +1,370 @@
+// masque run under Open MPI's mpirun (TCP transport, oversubscribed on a small machine) and
+// with --shard K/N: the output is byte-identical to one plain process and the corpus summary is
+// the same; a rank killed with SIGKILL fails the run without a complete-looking output, and
+// --resume then finishes it.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "test_support.hpp"
+
+namespace fs = std::filesystem;
+using namespace masque::test;
+using json = nlohmann::json;
+
+namespace {
+
+struct Outcome {
+  int exit_code = -1;
+  std::string err;
+};
+
+std::vector<std::string> mpirun(int ranks) {
+  return {MASQUE_MPIRUN,
+          "--allow-run-as-root",
+          "--oversubscribe",
+          "-n",
+          std::to_string(ranks),
+          "--mca",
+          "btl",
+          "self,tcp",
+          binary().string()};
+}
+
+// Starts argv with stdout and stderr in files under `dir`; returns the pid.
+pid_t spawn(const std::vector<std::string>& args, const fs::path& dir) {
+  std::vector<std::string> strings = args;
+  std::vector<char*> argv;
+  for (auto& s : strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const std::string out = (dir / "stdout").string(), err = (dir / "stderr").string();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // Its own process group, so the test can find and end everything it started.
+    setpgid(0, 0);
+    const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int n = open("/dev/null", O_RDONLY);
+    dup2(n, 0);
+    dup2(o, 1);
+    dup2(e, 2);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+Outcome wait_for(pid_t pid, const fs::path& dir) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  Outcome o;
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  o.err = read_file(dir / "stderr");
+  return o;
+}
+
+Outcome run(const std::vector<std::string>& args, const fs::path& dir) {
+  return wait_for(spawn(args, dir), dir);
+}
+
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The summary without its timings, which differ from run to run.
+json figures(const fs::path& summary) {
+  json j = json::parse(read_file(summary));
+  for (const char* k : {"seconds", "records_per_second", "tokens_per_second"}) j.erase(k);
+  return j;
+}
+
+// A corpus of `n` lines of words from `words` (and a few empty lines, which lm-score fails).
+std::string corpus(const std::vector<std::string>& words, int n, int max_words, unsigned seed,
+                   bool empty_lines) {
+  std::mt19937 rng(seed);
+  std::string text;
+  for (int i = 0; i < n; ++i) {
+    const int len = empty_lines && i % 97 == 13 ? 0 : 1 + static_cast<int>(rng() % max_words);
+    for (int w = 0; w < len; ++w) text += (w ? " " : "") + words[rng() % words.size()];
+    text += "\n";
+  }
+  return text;
+}
+
+const std::vector<std::string> kStoryWords = {
+    "once", "upon",  "a",   "time", "there", "was", "little", "girl", "named", "Lily",
+    "she",  "liked", "to",  "play", "in",    "the", "park",   "with", "her",   "dog",
+    "one",  "day",   "sun", "was",  "happy", "and", "they",   "ran",  "home",  "."};
+
+// Runs `extra` over `input` without mpirun, under mpirun -n 1, 2, 3 and as 3 --shard runs,
+// and checks every output and summary against the plain run.
+void check_equal_everywhere(const std::string& name, const std::vector<std::string>& extra,
+                            const std::string& input, int expected_code) {
+  const fs::path dir = scratch_dir("mpi_" + name);
+  write_file(dir / "in.txt", input);
+  auto args = [&](const std::string& tag) {
+    return concat(extra, {"-i", (dir / "in.txt").string(), "-o", (dir / (tag + ".out")).string(),
+                          "--summary", (dir / (tag + ".json")).string(), "--quiet"});
+  };
+  const Outcome plain = run(concat({binary().string()}, args("plain")), dir);
+  REQUIRE(plain.exit_code == expected_code);
+  const std::string reference = read_file(dir / "plain.out");
+  REQUIRE(!reference.empty());
+  const json reference_figures = figures(dir / "plain.json");
+  for (int ranks : {1, 2, 3}) {
+    const std::string tag = "n" + std::to_string(ranks);
+    INFO(name << " under mpirun -n " << ranks);
+    const Outcome o = run(concat(mpirun(ranks), args(tag)), dir);
+    INFO(o.err);
+    CHECK(o.exit_code == expected_code);
+    CHECK(read_file(dir / (tag + ".out")) == reference);
+    CHECK(figures(dir / (tag + ".json")) == reference_figures);
+    CHECK(!fs::exists(dir / (tag + ".out.parts")));
+  }
+  // Without MPI: three --shard runs, concatenated.
+  std::string joined;
+  for (int k = 0; k < 3; ++k) {
+    const std::string tag = "shard" + std::to_string(k);
+    const Outcome o = run(
+        concat(concat({binary().string()}, args(tag)), {"--shard", std::to_string(k) + "/3"}), dir);
+    INFO(o.err);
+    CHECK((o.exit_code == 0 || o.exit_code == expected_code));
+    joined += read_file(dir / (tag + ".out"));
+  }
+  CHECK(joined == reference);
+}
+
+}  // namespace
+
+TEST_CASE("mpi: lm-score under mpirun -n 1/2/3 and --shard equals one process", "[mpi]") {
+  const std::string pipeline = (source_dir() / "pipelines/lm-score.yaml").string();
+  // Empty lines fail (nothing to score): the failure count is part of the summary.
+  check_equal_everywhere("lm_score", {"run", pipeline, "--set", "run.max_batch_size=8"},
+                         corpus(kStoryWords, 300, 24, 7, true), 1);
+}
+
+TEST_CASE("mpi: translate (beam) under mpirun -n 1/2/3 and --shard equals one process", "[mpi]") {
+  const std::string pipeline = (source_dir() / "pipelines/translate.yaml").string();
+  const std::vector<std::string> letters = {"س", "م", "ي", "ر", "ن", "ا", "د", "ة",
+                                            "ل", "ك", "ب", "ت", "ح", "ع", "و"};
+  std::string input;
+  std::mt19937 rng(11);
+  for (int i = 0; i < 300; ++i) {
+    const int len = 2 + static_cast<int>(rng() % 7);
+    for (int c = 0; c < len; ++c) input += (c ? " " : "") + letters[rng() % letters.size()];
+    input += "\n";
+  }
+  check_equal_everywhere("translate",
+                         {"run", pipeline, "--set", "decoder.beam_size=4", "--set",
+                          "decoder.num_hypotheses=2", "--format", "nbest"},
+                         input, 0);
+}
+
+TEST_CASE("mpi: fill under mpirun -n 1/2/3 and --shard equals one process", "[mpi]") {
+  const std::string pipeline = (source_dir() / "pipelines/fill.yaml").string();
+  // Every line has one [MASK] among the words (a line without one is an error for fill).
+  std::string input;
+  std::istringstream lines(corpus(kStoryWords, 200, 16, 5, false));
+  std::string line;
+  for (int i = 0; std::getline(lines, line); ++i) {
+    const std::size_t space = line.find(' ', line.size() / 2);
+    input.append(line.substr(0, space)).append(" [MASK]");
+    if (space != std::string::npos) input.append(line.substr(space));
+    input.append("\n");
+  }
+  check_equal_everywhere("fill", {"run", pipeline}, input, 0);
+}
+
+TEST_CASE("mpi: TSV with a header, sharded, keeps its columns and record ids", "[mpi]") {
+  const std::string pipeline = (source_dir() / "pipelines/lm-score.yaml").string();
+  std::string input = "id\ttext\n";
+  const std::string lines = corpus(kStoryWords, 120, 12, 3, false);
+  std::istringstream ss(lines);
+  std::string line;
+  for (int i = 0; std::getline(ss, line); ++i) {
+    input.append("r").append(std::to_string(i)).append("\t");  // (GCC 12 misreads + here)
+    input.append(line).append("\n");
+  }
+  check_equal_everywhere("tsv", {"run", pipeline, "--input-format", "tsv", "--keep-fields"}, input,
+                         0);
+}
+
+namespace {
+
+// The pid of the masque process of `rank` whose command line mentions `marker`, or 0.
+pid_t find_rank(int rank, const std::string& marker) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline, environ;
+    try {
+      cmdline = read_file(entry.path() / "cmdline");
+      environ = read_file(entry.path() / "environ");
+    } catch (...) {
+      continue;
+    }
+    if (cmdline.find(marker) == std::string::npos || cmdline.rfind(binary().string(), 0) != 0)
+      continue;
+    const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+    if (environ.find(want + '\0') != std::string::npos) return std::stoi(name);
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("mpi: a rank killed with SIGKILL fails the run, and --resume finishes it", "[mpi]") {
+  const fs::path dir = scratch_dir("mpi_kill");
+  const std::string pipeline = (source_dir() / "pipelines/lm-score.yaml").string();
+  // Enough records that rank 1 is still at work when it is killed.
+  write_file(dir / "in.txt", corpus(kStoryWords, 3000, 40, 17, false));
+  const fs::path out = dir / "out.jsonl";
+  const std::vector<std::string> args = {
+      "run",        pipeline,  "-i",        (dir / "in.txt").string(),      "-o",
+      out.string(), "--quiet", "--summary", (dir / "summary.json").string()};
+  const fs::path reference = dir / "reference.jsonl";
+  REQUIRE(run(concat({binary().string()}, {"run", pipeline, "-i", (dir / "in.txt").string(), "-o",
+                                           reference.string(), "--quiet"}),
+              dir)
+              .exit_code == 0);
+
+  const pid_t job = spawn(concat(mpirun(2), args), dir);
+  pid_t victim = 0;
+  for (int i = 0; i < 600 && !victim; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    victim = find_rank(1, out.string());
+  }
+  REQUIRE(victim != 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // into its shard
+  kill(victim, SIGKILL);
+  const Outcome killed = wait_for(job, dir);
+  INFO(killed.err);
+  CHECK(killed.exit_code != 0);
+  CHECK(killed.err.find("rank 1") != std::string::npos);
+  CHECK(!fs::exists(out));
+
+  // Resuming (here with two ranks again) redoes only what did not finish.
+  const Outcome resumed = run(concat(mpirun(2), concat(args, {"--resume"})), dir);
+  INFO(resumed.err);
+  CHECK(resumed.exit_code == 0);
+  CHECK(read_file(out) == read_file(reference));
+  CHECK(!fs::exists(dir / "out.jsonl.parts"));
+}
+
+TEST_CASE("mpi: --resume skips the shards that finished", "[mpi]") {
+  const fs::path dir = scratch_dir("mpi_resume");
+  const std::string pipeline = (source_dir() / "pipelines/lm-score.yaml").string();
+  // One empty line in the second half: with --fail-fast rank 1 stops there, rank 0 finishes.
+  std::string input = corpus(kStoryWords, 200, 12, 23, false);
+  input.insert(input.size() * 3 / 4, "\n");
+  input.insert(input.find('\n', input.size() * 3 / 4) + 1, "\n");
+  write_file(dir / "in.txt", input);
+  const fs::path out = dir / "out.jsonl";
+  const std::vector<std::string> args = {"run", pipeline,    "-i", (dir / "in.txt").string(),
+                                         "-o",  out.string()};
+  REQUIRE(run(concat({binary().string()}, {"run", pipeline, "-i", (dir / "in.txt").string(), "-o",
+                                           (dir / "reference.jsonl").string(), "--quiet"}),
+              dir)
+              .exit_code == 1);
+
+  const Outcome stopped = run(concat(mpirun(2), concat(args, {"--fail-fast"})), dir);
+  INFO(stopped.err);
+  CHECK(stopped.exit_code == 1);
+  CHECK(stopped.err.find("--resume") != std::string::npos);
+  CHECK(!fs::exists(out));
+  CHECK(fs::exists(dir / "out.jsonl.parts/part-0.json"));
+  CHECK(!fs::exists(dir / "out.jsonl.parts/part-1.json"));
+
+  // Parts of a run with other settings are not mixed in.
+  const Outcome other =
+      run(concat({binary().string()}, concat(args, {"--resume", "-f", "tsv"})), dir);
+  INFO(other.err);
+  CHECK(other.exit_code == 2);
+  CHECK(other.err.find("holds the parts of a different run (its format differs)") !=
+        std::string::npos);
+  CHECK(fs::exists(dir / "out.jsonl.parts/part-0.json"));
+
+  // One process finishes it (no mpirun): only shard 1 runs.
+  const Outcome resumed = run(concat({binary().string()}, concat(args, {"--resume"})), dir);
+  INFO(resumed.err);
+  CHECK(resumed.exit_code == 1);  // the empty lines fail, as in the plain run
+  CHECK(resumed.err.find("resuming: 1 of 2 shards to run") != std::string::npos);
+  CHECK(read_file(out) == read_file(dir / "reference.jsonl"));
+}
+
+TEST_CASE("mpi: --shard and sharded runs reject what they cannot do", "[mpi]") {
+  const fs::path dir = scratch_dir("mpi_usage");
+  const std::string pipeline = (source_dir() / "pipelines/lm-score.yaml").string();
+  write_file(dir / "in.txt", "once upon a time\n");
+  auto bad = [&](const std::vector<std::string>& extra, const std::string& message) {
+    const Outcome o = run(concat({binary().string(), "run", pipeline}, extra), dir);
+    INFO(o.err);
+    CHECK(o.exit_code == 2);
+    CHECK(o.err.find(message) != std::string::npos);
+  };
+  bad({"-i", (dir / "in.txt").string(), "--shard", "3/3"}, "expected K/N with 0 <= K < N");
+  bad({"-i", (dir / "in.txt").string(), "--shard", "1"}, "expected K/N");
+  bad({"--shard", "0/2"}, "needs -i FILE");
+  bad({"-i", (dir / "in.txt").string(), "--resume"}, "needs -o FILE");
+  const Outcome o = run(concat(mpirun(2), {"run", pipeline, "-i", (dir / "in.txt").string()}), dir);
+  CHECK(o.exit_code != 0);
+  CHECK(o.err.find("needs -o FILE") != std::string::npos);
+}
+
+namespace {
+
+std::vector<json> probe(const std::vector<std::string>& launcher, const fs::path& dir) {
+  const Outcome o = run(concat(launcher, {MASQUE_DIST_PROBE}), dir);
+  INFO(o.err);
+  REQUIRE(o.exit_code == 0);
+  return parse_jsonl(read_file(dir / "stdout"));
+}
+
+}  // namespace
+
+TEST_CASE("mpi: the communicator reduces in rank order and moves bytes", "[mpi]") {
+  const fs::path dir = scratch_dir("mpi_probe");
+  SECTION("one process without mpirun") {
+    const auto lines = probe({}, dir);
+    REQUIRE(lines.size() == 1);
+    CHECK(lines[0]["uses_mpi"] == false);
+    CHECK(lines[0]["size"] == 1);
+    CHECK(lines[0]["u"] == 1);
+    CHECK(lines[0]["d"][0].get<double>() == 0.1);
+  }
+  SECTION("three ranks") {
+    auto launcher = mpirun(3);
+    launcher.pop_back();  // not masque: the probe
+    const auto lines = probe(launcher, dir);
+    REQUIRE(lines.size() == 3);
+    const double d0 = (0.1 * 1 + 0.1 * 2) + 0.1 * 3;  // rank order, in double
+    for (int r = 0; r < 3; ++r) {
+      const json& l = lines[static_cast<std::size_t>(r)];
+      INFO("rank " << r);
+      CHECK(l["rank"] == r);
+      CHECK(l["size"] == 3);
+      CHECK(l["uses_mpi"] == true);
+      CHECK(l["local_size"] == 3);
+      // ((1 + 1e8) + -1e8) is 0 in float; any other order gives 1 or 0: rank order gives 0.
+      CHECK(l["f0_bits"] == 0u);
+      CHECK(l["f_last"] == 6.0);
+      CHECK(l["d"][0].get<double>() == d0);
+      CHECK(l["d"][1].get<double>() == (1.0 / 3.0 + 1.0 / 3.0) + 1.0 / 3.0);
+      CHECK(l["u"] == 6);
+      CHECK(l["message"] == "from rank 0");
+      CHECK(l["everyone"] == json::array({"r0", "r1", "r2"}));
+    }
+    CHECK(lines[0]["echoed_bytes"] == (3u << 20) + 3);
+    CHECK(lines[0]["echoed_tail"] == "end");
+  }
+}
