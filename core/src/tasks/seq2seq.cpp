@@ -3,6 +3,7 @@
 // (tasks/seq2seq_route.hpp). A target prefix (a `prefix` field in JSON lines or TSV records)
 // is forced first.
 #include "masque/error.hpp"
+#include "tasks/seq2seq_input.hpp"
 #include "tasks/seq2seq_route.hpp"
 
 namespace masque {
@@ -11,6 +12,7 @@ namespace {
 
 struct Seq2SeqInput {
   std::vector<TokenId> prefix;
+  std::string note;  // source truncation
 };
 
 class Seq2SeqTask final : public Task {
@@ -29,19 +31,9 @@ class Seq2SeqTask final : public Task {
   void prepare(Item& item) const override {
     tokenize_item(item, source_tokenizer_, &model_, true);
     auto input = std::make_shared<Seq2SeqInput>();
-    auto it = item.record.fields.find(prefix_field_);
-    if (it != item.record.fields.end() && it->is_string() && !it->get<std::string>().empty()) {
-      if (!target_tokenizer_) throw RecordError("a target prefix needs a tokenizer");
-      input->prefix = target_tokenizer_->encode(it->get<std::string>(), false).ids;
-    } else if (it != item.record.fields.end() && it->is_array()) {
-      const std::int64_t vocab = model_.info().vocab_size;
-      for (const auto& v : *it) {
-        if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= vocab)
-          throw RecordError("'" + prefix_field_ + "' must be text or an array of ids in 0.." +
-                            std::to_string(vocab - 1));
-        input->prefix.push_back(v.get<TokenId>());
-      }
-    }
+    input->note = truncate_source(item, params_, source_tokenizer_);
+    input->prefix =
+        target_field(item.record, prefix_field_, target_tokenizer_, model_.info().vocab_size);
     check_length(item, route_->positions(item, input->prefix.size()), params_, model_);
     item.cost = item.tokens.size();
     item.data = input;
@@ -53,6 +45,8 @@ class Seq2SeqTask final : public Task {
     for (std::size_t i = 0; i < items.size(); ++i) {
       results[i].id = items[i]->record.id;
       results[i].object["id"] = results[i].id;
+      const auto& note = static_cast<Seq2SeqInput*>(items[i]->data.get())->note;
+      if (!note.empty()) results[i].object["note"] = note;
       if (route_->trivially_empty(*items[i])) {
         DecodeResult empty;
         empty.hypotheses.push_back({});
@@ -114,7 +108,8 @@ const TaskRegistration registration({
                      .type = ParamType::string,
                      .default_value = "prefix",
                      .help = "JSON-lines / TSV field holding a target prefix (text, or an array of "
-                             "ids) to force before decoding freely"}},
+                             "ids) to force before decoding freely"},
+                    max_input_length_param()},
          .required_sections = {"model", "decoder"},
          .optional_sections = {"tokenizer", "target_tokenizer", "mask"},
          .default_plugins = {{"decoder", "greedy"}},
