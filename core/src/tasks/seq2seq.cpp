@@ -2,6 +2,7 @@
 // BERT-like model under the UniLM mask, or an encoder-decoder) is the route's business
 // (tasks/seq2seq_route.hpp). A target prefix (a `prefix` field in JSON lines or TSV records)
 // is forced first.
+#include "masque/decoding.hpp"
 #include "masque/error.hpp"
 #include "tasks/seq2seq_input.hpp"
 #include "tasks/seq2seq_route.hpp"
@@ -26,7 +27,9 @@ class Seq2SeqTask final : public Task {
         route_(choose_seq2seq_route(plugins)),
         decoder_(*plugins.decoder),
         token_logprobs_(params_.get_bool("token_logprobs")),
-        prefix_field_(params_.get_string("prefix_field")) {}
+        prefix_field_(params_.get_string("prefix_field")) {
+    check_decoder_tokens(pipeline.at("decoder").params, model_.info().vocab_size);
+  }
 
   void prepare(Item& item) const override {
     tokenize_item(item, source_tokenizer_, &model_, true);

@@ -1,0 +1,154 @@
+// CTranslate2's decoding options on the transliteration model (../shared/models/aren-
+// transliteration, CTranslate2's own test model), greedy and beam: the expectations of its
+// python/tests/test_translator.py where they apply without a vocabulary map, and the documented
+// semantics of each option otherwise. Target ids: a 3, n 7, o 8, s 9, t 11, m 13, u 14, z 23,
+// </s> 2.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "test_support.hpp"
+
+using namespace masque::test;
+using Catch::Matchers::Contains;
+using nlohmann::json;
+
+namespace {
+
+const char* const kAtzmon = "آ ت ز م و ن";
+const char* const kAchison = "آ ت ش ي س و ن";
+
+std::string translate() {
+  return (source_dir() / "pipelines/translate.yaml").string();
+}
+
+// Runs translate.yaml with `sets` (section.key=value) on `input`, exit code 0 required.
+std::vector<json> run(const std::vector<std::string>& sets, const std::string& input,
+                      const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args = {"run", translate(), "-q"};
+  for (const auto& s : sets) {
+    args.push_back("--set");
+    args.push_back(s);
+  }
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto r = run_masque(args, input);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  return parse_jsonl(r.out);
+}
+
+std::string beam(int size) {
+  return "decoder.beam_size=" + std::to_string(size);
+}
+
+}  // namespace
+
+TEST_CASE("return_end_token keeps </s> in the tokens, not in the text or the score",
+          "[e2e][decoding-options]") {
+  for (int size : {1, 2}) {
+    INFO("beam_size " << size);
+    const auto plain = run({beam(size)}, std::string(kAtzmon) + "\n");
+    const auto kept =
+        run({beam(size), "decoder.return_end_token=true"}, std::string(kAtzmon) + "\n");
+    CHECK(plain[0]["text"] == "a t z m o n");
+    CHECK(kept[0]["text"] == "a t z m o n");
+    auto tokens = plain[0]["tokens"];
+    tokens.push_back(2);
+    CHECK(kept[0]["tokens"] == tokens);
+    CHECK(kept[0]["score"] == plain[0]["score"]);
+  }
+}
+
+TEST_CASE("suppress_sequences: single tokens never appear, longer sequences never complete",
+          "[e2e][decoding-options]") {
+  // CTranslate2 test_suppress_sequences_with_vmap suppresses ["o"] and ["t", "z", "m"] on
+  // atzmon (expected "a t z u m u n" under its vocabulary map).
+  for (int size : {1, 2}) {
+    INFO("beam_size " << size);
+    const auto out = run({beam(size), "decoder.suppress_sequences=[\"8\", \"11 23 13\"]"},
+                         std::string(kAtzmon) + "\n");
+    const auto tokens = out[0]["tokens"].get<std::vector<int>>();
+    CHECK(std::find(tokens.begin(), tokens.end(), 8) == tokens.end());
+    for (std::size_t i = 0; i + 2 < tokens.size(); ++i)
+      CHECK_FALSE((tokens[i] == 11 && tokens[i + 1] == 23 && tokens[i + 2] == 13));
+    // CTranslate2's expectation (its vocabulary map only drops tokens this output does not use).
+    CHECK(out[0]["text"] == "a t z u m u n");
+    // Suppressing the end token's prefix only: "n </s>" cannot end the word after "n".
+    const auto no_end =
+        run({beam(size), "decoder.suppress_sequences=[\"7 2\"]", "decoder.max_new_tokens=10"},
+            std::string(kAtzmon) + "\n");
+    CHECK(no_end[0]["text"].get<std::string>().rfind("a t z m o n", 0) == 0);
+    CHECK(no_end[0]["text"] != "a t z m o n");
+  }
+}
+
+TEST_CASE("prefix_bias_beta: a strong bias follows the prefix, a weak one changes nothing",
+          "[e2e][decoding-options]") {
+  // CTranslate2 test_strongly_biased_target_prefix / test_weakly_biased_target_prefix.
+  const std::string input =
+      std::string(kAtzmon) + "\ta t s\n" + std::string(kAchison) + "\ts i o\n";
+  const std::vector<std::string> tsv = {"--input-format", "tsv", "--columns", "text,prefix"};
+  for (int size : {1, 2}) {
+    INFO("beam_size " << size);
+    const auto strong = run({beam(size), "decoder.prefix_bias_beta=0.9999999"},
+                            std::string(kAtzmon) + "\ta t s\n" + kAchison + "\t\n", tsv);
+    CHECK(strong[0]["text"].get<std::string>().rfind("a t s", 0) == 0);
+    CHECK(strong[1]["text"] == "a c h i s o n");
+    const auto free = run({beam(size)}, std::string(kAtzmon) + "\n" + kAchison + "\n");
+    const auto weak = run({beam(size), "decoder.prefix_bias_beta=0.0000001"}, input, tsv);
+    for (std::size_t i = 0; i < 2; ++i) {
+      CHECK(weak[i]["text"] == free[i]["text"]);
+      CHECK(std::abs(weak[i]["score"].get<double>() - free[i]["score"].get<double>()) < 1e-5);
+    }
+    // A hard prefix "s i o" would force it: the bias lets the hypothesis leave it.
+    CHECK(weak[1]["text"] == "a c h i s o n");
+  }
+}
+
+TEST_CASE("max_input_length truncates the source and notes it", "[e2e][decoding-options]") {
+  for (int size : {1, 2}) {
+    INFO("beam_size " << size);
+    const auto cut = run({beam(size), "task.max_input_length=3"}, std::string(kAtzmon) + "\n");
+    const auto short_source = run({beam(size)}, "آ ت ز\n");
+    CHECK(cut[0]["text"] == short_source[0]["text"]);
+    CHECK(cut[0]["score"] == short_source[0]["score"]);
+    CHECK(cut[0]["note"] == "source truncated from 6 to 3 tokens (max_input_length)");
+    CHECK_FALSE(short_source[0].contains("note"));
+  }
+}
+
+TEST_CASE("invalid decoding options are configuration errors (exit code 2)",
+          "[e2e][decoding-options]") {
+  struct Case {
+    std::vector<std::string> sets;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"decoder.end_tokens=[43]"}, "end_tokens: id 43 is outside the vocabulary (size 43)"},
+      {{"decoder.suppress_sequences=[\"3 99\"]"},
+       "suppress_sequences: id 99 is outside the vocabulary (size 43)"},
+      {{"decoder.suppress_sequences=[\"3 x\"]"},
+       "suppress_sequences: '3 x' is not a sequence of space-separated token ids"},
+      {{"decoder.num_hypotheses=0"}, "num_hypotheses"},
+      {{"decoder.num_hypotheses=3"},
+       "num_hypotheses (3) cannot exceed round(beam_size * patience) = 2"},
+      {{"decoder.min_new_tokens=10", "decoder.max_new_tokens=5"},
+       "min_new_tokens (10) is greater than max_new_tokens (5)"},
+      {{"decoder.prefix_bias_beta=1"}, "prefix_bias_beta must be < 1"},
+      {{"decoder.plugin=greedy", "decoder.prefix_bias_beta=0.5",
+        "decoder.return_alternatives=true"},
+       "prefix_bias_beta (a biased prefix) cannot be used with return_alternatives"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"run", translate(), "-q"};
+    for (const auto& s : c.sets) {
+      args.push_back("--set");
+      args.push_back(s);
+    }
+    INFO(c.message);
+    auto r = run_masque(args, std::string(kAtzmon) + "\n");
+    CHECK(r.exit_code == 2);
+    CHECK(r.out.empty());
+    CHECK_THAT(r.err, Contains(c.message));
+  }
+}
