@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <set>
 
 #include "test_support.hpp"
 
@@ -150,5 +151,51 @@ TEST_CASE("invalid decoding options are configuration errors (exit code 2)",
     CHECK(r.exit_code == 2);
     CHECK(r.out.empty());
     CHECK_THAT(r.err, Contains(c.message));
+  }
+}
+
+TEST_CASE("return_alternatives: the best next tokens after the prefix, each completed",
+          "[e2e][decoding-options]") {
+  // CTranslate2 test_return_alternatives (its default beam size is 2), and greedy completion.
+  const std::vector<std::string> tsv = {"--input-format", "tsv", "--columns", "text,prefix"};
+  const std::string input = std::string(kAtzmon) + "\ta t\n" + kAchison + "\t\n";
+  for (int size : {1, 2}) {
+    INFO("beam_size " << size);
+    const std::string plugin = size == 1 ? "decoder.plugin=greedy" : "decoder.plugin=beam";
+    const auto out = run({beam(size), plugin, "decoder.return_alternatives=true",
+                          "decoder.num_hypotheses=10", "task.token_logprobs=true"},
+                         input, tsv);
+    const auto& alts = out[0]["hypotheses"];
+    REQUIRE(alts.size() == 10);
+    CHECK(alts[0]["text"] == "a t z m o n");
+    CHECK(alts[1]["text"] == "a t s u m o n");
+    std::set<std::string> third;
+    for (std::size_t i = 0; i < alts.size(); ++i) {
+      const auto text = alts[i]["text"].get<std::string>();
+      CHECK(text.rfind("a t ", 0) == 0);
+      third.insert(text.substr(4, text.find(' ', 4) - 4));
+      // Expansion order: the expansion log-prob (the first scored token) never increases.
+      if (i > 0)
+        CHECK(alts[i]["token_logprobs"][0].get<double>() <=
+              alts[i - 1]["token_logprobs"][0].get<double>());
+    }
+    CHECK(third.size() == 10);  // ten different expansions
+    // Without a prefix, the first position is expanded.
+    REQUIRE(out[1]["hypotheses"].size() == 10);
+    CHECK(out[1]["hypotheses"][0]["text"] == "a c h i s o n");
+
+    // Only expansions at least this likely are kept.
+    const auto likely =
+        run({beam(size), plugin, "decoder.return_alternatives=true", "decoder.num_hypotheses=10",
+             "task.token_logprobs=true", "decoder.min_alternative_expansion_prob=0.05"},
+            std::string(kAtzmon) + "\ta t\n", tsv);
+    const std::size_t kept =
+        likely[0].contains("hypotheses") ? likely[0]["hypotheses"].size() : std::size_t{1};
+    CHECK(kept < 10);
+    CHECK(kept >= 1);
+    for (std::size_t i = 0; i < 10; ++i) {
+      const double p = std::exp(alts[i]["token_logprobs"][0].get<double>());
+      CHECK((i < kept) == (p >= 0.05));
+    }
   }
 }

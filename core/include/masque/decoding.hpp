@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <span>
 #include <vector>
@@ -166,6 +167,19 @@ class BOOST_SYMBOL_VISIBLE TokenChooser {
 // dropped from the stepper. Each record's hypotheses come back best first.
 std::vector<DecodeResult> decode_independent(Stepper& stepper, const DecodingOptions& options,
                                              std::int32_t per_record, TokenChooser& chooser);
+
+// CTranslate2's return_alternatives: each record's forced prefix is run, the num_hypotheses
+// most likely next tokens are expanded (end tokens blocked, the logits processors applied;
+// expansion stops at the first token whose probability is below
+// min_alternative_expansion_prob), and each expansion is completed by `search` (the decoder's
+// own search, one hypothesis per record) with max/min_new_tokens reduced by the prefix and the
+// expansion. A hypothesis is prefix + expansion + completion; its logprobs start with the
+// expansion's; its score is the expansion's log-prob plus the completion's score (as
+// CTranslate2); the hypotheses come in expansion order. Needs Stepper::fork(). A record with
+// no expansion returns its prefix, unfinished and scored 0.
+using Search = std::function<std::vector<DecodeResult>(Stepper&, const DecodingOptions&)>;
+std::vector<DecodeResult> decode_alternatives(Stepper& stepper, const DecodingOptions& options,
+                                              std::int32_t num_hypotheses, const Search& search);
 
 }  // namespace decoding
 }  // namespace masque

@@ -204,6 +204,12 @@ void ModelStepper::select(std::span<const std::int32_t> rows) {
   std::swap(logits_, spare_);
 }
 
+std::unique_ptr<Stepper> ModelStepper::fork() const {
+  return std::make_unique<ModelStepper>(model_, state_->fork(),
+                                        logits_.empty() ? Tensor() : logits_.clone(), records_,
+                                        end_tokens_, -1, step_token_type_);
+}
+
 void add_hypotheses(Result& result, const DecodeResult& decoded, const Tokenizer* tokenizer,
                     bool with_logprobs) {
   if (decoded.hypotheses.empty()) throw RuntimeError("the decoder returned no hypothesis");

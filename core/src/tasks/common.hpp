@@ -105,6 +105,7 @@ class ModelStepper final : public Stepper {
   void logits(Tensor& out) override { out = logits_; }
   void advance(std::span<const TokenId> tokens) override;
   void select(std::span<const std::int32_t> rows) override;
+  std::unique_ptr<Stepper> fork() const override;
 
  private:
   const Model& model_;
