@@ -199,3 +199,125 @@ TEST_CASE("return_alternatives: the best next tokens after the prefix, each comp
     }
   }
 }
+
+namespace {
+
+// A vocabulary map with one always-allowed line (CTranslate2's _get_model_path_with_vmap) and
+// optional rules; returns the --set that enables it.
+std::string vmap(const std::string& name, const std::string& always,
+                 const std::string& rules = "") {
+  const auto dir = scratch_dir("decoding_vmap");
+  write_file(dir / name, "\t" + always + "\n" + rules);
+  return "task.vmap=" + (dir / name).string();
+}
+
+}  // namespace
+
+TEST_CASE("vmap: CTranslate2's vocabulary map tests, greedy and beam", "[e2e][decoding-options]") {
+  const std::vector<std::string> tsv = {"--input-format", "tsv", "--columns", "text,prefix"};
+  for (int size : {1, 2}) {
+    INFO("beam_size " << size);
+    // test_hard_target_prefix_with_vmap
+    auto out =
+        run({beam(size), vmap("prefix.txt", "t z m o n")}, std::string(kAtzmon) + "\ta t z\n", tsv);
+    CHECK(out[0]["text"] == "a t z m o n");
+    // test_min_decoding_length_with_vmap
+    out = run({beam(size), vmap("min.txt", "a t z m o n"), "decoder.min_new_tokens=1"},
+              std::string(kAtzmon) + "\n");
+    CHECK(out[0]["text"] == "a t z m o n");
+    // test_suppress_sequences_with_vmap
+    out = run({beam(size), vmap("suppress.txt", "a t z s m o u n"),
+               "decoder.suppress_sequences=[\"8\", \"11 23 13\"]"},
+              std::string(kAtzmon) + "\n");
+    CHECK(out[0]["text"] == "a t z u m u n");
+    // test_repetition_penalty_with_vmap: no token twice
+    out = run({beam(size), vmap("repeat.txt", "a t z m o n"), "decoder.repetition_penalty=100",
+               "decoder.max_new_tokens=3"},
+              "ن ن ن\n");
+    auto tokens = out[0]["tokens"].get<std::vector<int>>();
+    CHECK(std::set<int>(tokens.begin(), tokens.end()).size() == tokens.size());
+    // test_no_repeat_ngram_size_with_vmap: no 3-gram twice
+    std::string fifty = "ن";
+    for (int i = 1; i < 50; ++i) fifty += " ن";
+    out = run({beam(size), vmap("ngram.txt", "a t z m o n"), "decoder.no_repeat_ngram_size=3"},
+              fifty + "\n");
+    tokens = out[0]["tokens"].get<std::vector<int>>();
+    std::set<std::vector<int>> grams;
+    for (std::size_t i = 0; i + 3 <= tokens.size(); ++i)
+      CHECK(grams.insert({tokens[i], tokens[i + 1], tokens[i + 2]}).second);
+    // Every produced token is allowed: a t z m o n are ids 3 11 23 13 8 7.
+    for (int t : tokens) CHECK(std::set<int>{3, 11, 23, 13, 8, 7}.count(t) == 1);
+  }
+  // test_return_alternatives_with_vmap (beam size 2, CTranslate2's default)
+  const auto alts = run({vmap("alternatives.txt", "z s u m o n"),
+                         "decoder.return_alternatives=true", "decoder.num_hypotheses=2"},
+                        std::string(kAtzmon) + "\ta t\n", tsv);
+  REQUIRE(alts[0]["hypotheses"].size() == 2);
+  CHECK(alts[0]["hypotheses"][0]["text"] == "a t z m o n");
+  CHECK(alts[0]["hypotheses"][1]["text"] == "a t s u m o n");
+}
+
+TEST_CASE("vmap: source n-gram rules allow their targets for that record only",
+          "[e2e][decoding-options]") {
+  // "n" is allowed only where the source has "ن" (a unigram rule) or "و ن" (a bigram rule).
+  const std::string set = vmap("rules.txt", "a t z m o i", "ن\tn\nو ن\tn\n");
+  const auto out = run({set}, std::string(kAtzmon) + "\n" + "آ ت ز م و\n");
+  CHECK(out[0]["text"] == "a t z m o n");
+  CHECK(out[1]["text"].get<std::string>().find('n') == std::string::npos);
+  // A line without a tab or an unknown target token is a configuration error naming the line.
+  const auto dir = scratch_dir("decoding_vmap");
+  write_file(dir / "bad.txt", "\ta t\nن n\n");
+  auto r =
+      run_masque({"run", translate(), "-q", "--set", "task.vmap=" + (dir / "bad.txt").string()},
+                 std::string(kAtzmon) + "\n");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("bad.txt:2: expected '<source n-gram> TAB <target tokens>'"));
+  write_file(dir / "unknown.txt", "\ta t QQ\n");
+  r = run_masque({"run", translate(), "-q", "--set", "task.vmap=" + (dir / "unknown.txt").string()},
+                 std::string(kAtzmon) + "\n");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("unknown.txt:1: target token 'QQ' is not in the target vocabulary"));
+}
+
+TEST_CASE("the options hold for sampling too", "[e2e][decoding-options]") {
+  const std::vector<std::string> tsv = {"--input-format", "tsv", "--columns", "text,prefix"};
+  const std::vector<std::string> sample = {"decoder.plugin=sample", "decoder.seed=7",
+                                           "decoder.temperature=1.5"};
+  auto with = [&](std::vector<std::string> sets) {
+    sets.insert(sets.begin(), sample.begin(), sample.end());
+    return sets;
+  };
+  // Suppressed tokens never appear in 16 samples at a high temperature.
+  auto out =
+      run(with({"decoder.num_hypotheses=16", "decoder.suppress_sequences=[\"8\", \"11 23\"]"}),
+          std::string(kAtzmon) + "\n");
+  REQUIRE(out[0]["hypotheses"].size() == 16);
+  for (const auto& h : out[0]["hypotheses"]) {
+    const auto tokens = h["tokens"].get<std::vector<int>>();
+    CHECK(std::find(tokens.begin(), tokens.end(), 8) == tokens.end());
+    for (std::size_t i = 0; i + 1 < tokens.size(); ++i)
+      CHECK_FALSE((tokens[i] == 11 && tokens[i + 1] == 23));
+  }
+  // A strong bias keeps every sample on the prefix.
+  out = run(with({"decoder.num_hypotheses=8", "decoder.prefix_bias_beta=0.9999999"}),
+            std::string(kAtzmon) + "\ta t s\n", tsv);
+  for (const auto& h : out[0]["hypotheses"])
+    CHECK(h["text"].get<std::string>().rfind("a t s", 0) == 0);
+  // Alternatives: distinct expansions after the prefix, each completed by one sample.
+  out = run(with({"decoder.num_hypotheses=5", "decoder.return_alternatives=true"}),
+            std::string(kAtzmon) + "\ta t\n", tsv);
+  REQUIRE(out[0]["hypotheses"].size() == 5);
+  std::set<int> third;
+  for (const auto& h : out[0]["hypotheses"]) {
+    const auto tokens = h["tokens"].get<std::vector<int>>();
+    REQUIRE(tokens.size() >= 3);
+    CHECK(tokens[0] == 3);
+    CHECK(tokens[1] == 11);
+    third.insert(tokens[2]);
+  }
+  CHECK(third.size() == 5);
+  // The same seed gives the same alternatives.
+  const auto again = run(with({"decoder.num_hypotheses=5", "decoder.return_alternatives=true"}),
+                         std::string(kAtzmon) + "\ta t\n", tsv);
+  CHECK(again[0]["hypotheses"] == out[0]["hypotheses"]);
+}

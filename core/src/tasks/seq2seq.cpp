@@ -6,6 +6,7 @@
 #include "masque/error.hpp"
 #include "tasks/seq2seq_input.hpp"
 #include "tasks/seq2seq_route.hpp"
+#include "tasks/vocabulary_map.hpp"
 
 namespace masque {
 
@@ -29,6 +30,12 @@ class Seq2SeqTask final : public Task {
         token_logprobs_(params_.get_bool("token_logprobs")),
         prefix_field_(params_.get_string("prefix_field")) {
     check_decoder_tokens(pipeline.at("decoder").params, model_.info().vocab_size);
+    const std::string& vmap = params_.get_string("vmap");
+    if (!vmap.empty()) {
+      if (!target_tokenizer_ || !source_tokenizer_)
+        throw ConfigError("vmap: a vocabulary map needs the source and target tokenizers");
+      vmap_ = std::make_unique<VocabularyMap>(vmap, *target_tokenizer_, model_.info());
+    }
   }
 
   void prepare(Item& item) const override {
@@ -78,9 +85,16 @@ class Seq2SeqTask final : public Task {
     for (std::size_t i = 0; i < items.size(); ++i) {
       records[i].id = items[i]->record.id;
       records[i].prefix = static_cast<Seq2SeqInput*>(items[i]->data.get())->prefix;
+      if (vmap_) records[i].allowed = vmap_->allowed(source_pieces(*items[i]), records[i].prefix);
     }
     std::unique_ptr<Stepper> stepper = route_->start(items, std::move(records));
     return decoder_.decode(*stepper);
+  }
+
+  std::vector<std::string> source_pieces(const Item& item) const {
+    std::vector<std::string> pieces;
+    for (TokenId t : item.tokens) pieces.push_back(source_tokenizer_->id_to_piece(t));
+    return pieces;
   }
 
   const Params& params_;
@@ -91,6 +105,7 @@ class Seq2SeqTask final : public Task {
   const Decoder& decoder_;
   bool token_logprobs_;
   std::string prefix_field_;
+  std::unique_ptr<VocabularyMap> vmap_;
 };
 
 std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {
@@ -112,7 +127,15 @@ const TaskRegistration registration({
                      .default_value = "prefix",
                      .help = "JSON-lines / TSV field holding a target prefix (text, or an array of "
                              "ids) to force before decoding freely"},
-                    max_input_length_param()},
+                    max_input_length_param(),
+                    {.name = "vmap",
+                     .type = ParamType::path,
+                     .default_value = "",
+                     .help = "a vocabulary map restricting each record's output vocabulary "
+                             "(CTranslate2 use_vmap with the model's vmap.txt): lines '<source "
+                             "n-gram> TAB <target tokens>', an empty n-gram for tokens always "
+                             "allowed; special tokens and the record's prefix stay allowed. "
+                             "Restricts per record (CTranslate2: per batch). Empty: off"}},
          .required_sections = {"model", "decoder"},
          .optional_sections = {"tokenizer", "target_tokenizer", "mask"},
          .default_plugins = {{"decoder", "greedy"}},
