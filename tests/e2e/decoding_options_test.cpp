@@ -206,7 +206,8 @@ namespace {
 // optional rules; returns the --set that enables it.
 std::string vmap(const std::string& name, const std::string& always,
                  const std::string& rules = "") {
-  const auto dir = scratch_dir("decoding_vmap");
+  // One folder per file: test cases run in parallel and scratch_dir() empties its folder.
+  const auto dir = scratch_dir("decoding_vmap_" + name);
   write_file(dir / name, "\t" + always + "\n" + rules);
   return "task.vmap=" + (dir / name).string();
 }
@@ -265,7 +266,7 @@ TEST_CASE("vmap: source n-gram rules allow their targets for that record only",
   CHECK(out[0]["text"] == "a t z m o n");
   CHECK(out[1]["text"].get<std::string>().find('n') == std::string::npos);
   // A line without a tab or an unknown target token is a configuration error naming the line.
-  const auto dir = scratch_dir("decoding_vmap");
+  const auto dir = scratch_dir("decoding_vmap_errors");
   write_file(dir / "bad.txt", "\ta t\nن n\n");
   auto r =
       run_masque({"run", translate(), "-q", "--set", "task.vmap=" + (dir / "bad.txt").string()},
