@@ -5,7 +5,7 @@
 // budget, as CTranslate2's per-record completion has.
 #include <algorithm>
 #include <cmath>
-#include <map>
+#include <limits>
 #include <string>
 
 #include "masque/decoding.hpp"
