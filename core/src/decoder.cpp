@@ -1,5 +1,7 @@
 #include "masque/decoder.hpp"
 
+#include "masque/error.hpp"
+
 namespace masque {
 
 Stepper::~Stepper() = default;
@@ -11,6 +13,9 @@ std::int32_t Stepper::max_steps(std::int32_t) const {
 }
 bool Stepper::fixed_length() const {
   return false;
+}
+std::unique_ptr<Stepper> Stepper::fork() const {
+  throw RuntimeError("this task's stepper cannot be copied (needed by return_alternatives)");
 }
 
 }  // namespace masque

@@ -29,6 +29,23 @@ std::vector<std::int64_t> parse_int_list(const std::string& text) {
   return out;
 }
 
+// "[]" or "[a, b]" (no quoting inside the items).
+std::vector<std::string> parse_string_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::string item;
+  for (char c : text) {
+    if (c == '[' || c == ']' || c == '"' || c == ' ') continue;
+    if (c == ',') {
+      out.push_back(item);
+      item.clear();
+    } else {
+      item += c;
+    }
+  }
+  if (!item.empty()) out.push_back(item);
+  return out;
+}
+
 // The subset of the pipeline's value syntax that decoder defaults use.
 ParamValue parse_default(const ParamSpec& spec) {
   const std::string text = spec.default_value;
@@ -45,7 +62,7 @@ ParamValue parse_default(const ParamSpec& spec) {
     case ParamType::path:
       return text;
     case ParamType::string_list:
-      break;
+      return parse_string_list(text);
   }
   throw std::runtime_error(std::string("no default parser for parameter ") + spec.name);
 }

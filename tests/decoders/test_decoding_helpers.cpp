@@ -179,3 +179,33 @@ TEST_CASE("every decoder declares the shared options and documents every paramet
       REQUIRE(std::count(names.begin(), names.end(), shared) == 1);
   }
 }
+
+TEST_CASE("suppress_sequences: one token always, a longer one after the rest of it") {
+  DecodingOptions o;
+  o.suppress_sequences = {{4}, {1, 2, 3}};
+  decoding::LogitsProcessor p(o, {}, 6);
+  std::vector<float> row(6, 1.f);
+  const std::vector<TokenId> context{1}, history{2};
+  p.apply(row, context, history);  // prompt + history ends with "1 2": 3 is blocked
+  CHECK(row == std::vector<float>{1.f, 1.f, 1.f, kLowest, kLowest, 1.f});
+  std::fill(row.begin(), row.end(), 1.f);
+  p.apply(row, {}, history);  // only "2": 3 stays
+  CHECK(row == std::vector<float>{1.f, 1.f, 1.f, 1.f, kLowest, 1.f});
+}
+
+TEST_CASE("bias_towards mixes the distribution with the prefix token as CTranslate2") {
+  const std::vector<float> logits{0.5f, -1.f, 2.f, 0.f};
+  const double beta = 0.3;
+  double z = 0;
+  for (float v : logits) z += std::exp(static_cast<double>(v));
+  std::vector<float> row = logits;
+  decoding::bias_towards(row, 1, beta);
+  double total = 0;
+  for (std::size_t t = 0; t < row.size(); ++t) {
+    const double p = std::exp(static_cast<double>(logits[t])) / z;
+    const double want = std::log((1 - beta) * p + (t == 1 ? beta : 0.0));
+    CHECK(std::abs(row[t] - want) < 1e-6);
+    total += std::exp(static_cast<double>(row[t]));
+  }
+  CHECK(std::abs(total - 1.0) < 1e-6);  // still a distribution
+}

@@ -128,13 +128,14 @@ TEST_CASE("limits: generation stops at max_new_tokens and at the end of the mode
   CHECK_THAT(out[3]["error"].get<std::string>(),
              Contains("513 tokens, more than the model's maximum positions (512)"));
 
-  // An end token the model cannot produce would index past its logits.
+  // An end token the model cannot produce would index past its logits: a configuration error
+  // before any record.
   r = run_masque({"run", ready_pipeline("lm-generate.yaml"), "-q", "--set",
                   "decoder.end_tokens=[600]", "--set", "decoder.min_new_tokens=2"},
                  "Once upon a time\nThe end\n");
-  CHECK(r.exit_code == 1);
-  for (const auto& record : parse_jsonl(r.out))
-    CHECK(record["error"] == "end_tokens: id 600 is outside the vocabulary (size 512)");
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.empty());
+  CHECK_THAT(r.err, Contains("end_tokens: id 600 is outside the vocabulary (size 512)"));
 }
 
 namespace {

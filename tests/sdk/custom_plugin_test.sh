@@ -234,8 +234,8 @@ check_installed_example() {
   # Installed plugins, built-in or not, resolve libmasque in the relocated prefix on their own.
   local plugin found
   for plugin in mask-causal mask-sliding-window decoder-min-p; do
-    found=$(ldd "$moved/lib/masque/plugins/libmasque-$plugin.so" | sed -n 's/^\s*libmasque\.so\.1 => \(\S*\) .*/\1/p')
-    [ -n "$found" ] && [ "$(realpath "$found")" = "$(realpath "$moved/lib/libmasque.so.1")" ] ||
+    found=$(ldd "$moved/lib/masque/plugins/libmasque-$plugin.so" | sed -n 's/^\s*libmasque\.so\.[0-9]* => \(\S*\) .*/\1/p')
+    [ -n "$found" ] && [ "$(realpath "$found")" = "$(realpath "$moved/lib/libmasque.so")" ] ||
       fail "libmasque-$plugin.so does not find libmasque in $moved/lib: $(ldd "$moved/lib/masque/plugins/libmasque-$plugin.so")"
   done
 }

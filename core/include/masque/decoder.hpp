@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -40,6 +41,9 @@ class BOOST_SYMBOL_VISIBLE Stepper {
   virtual void advance(std::span<const TokenId> tokens) = 0;
   // New row i becomes old row rows[i].
   virtual void select(std::span<const std::int32_t> rows) = 0;
+  // An independent copy of the current rows and records (a look-ahead, e.g. for
+  // return_alternatives). The default throws RuntimeError: the stepper cannot be copied.
+  virtual std::unique_ptr<Stepper> fork() const;
 };
 
 struct Hypothesis {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <span>
 #include <vector>
@@ -38,11 +39,30 @@ struct DecodingOptions {
   double repetition_penalty = 1.0;        // CTRL / CTranslate2 / HF: > 1 discourages repeats
   std::int32_t no_repeat_ngram_size = 0;  // 0: off
   double length_penalty = 1.0;            // exponent of the length in the score normalization
+  // Token sequences never generated: a single token is always blocked, a longer sequence's
+  // last token is blocked right after the rest of it (CTranslate2 suppress_sequences).
+  std::vector<std::vector<TokenId>> suppress_sequences;
+  bool return_end_token = false;  // keep a produced end token in Hypothesis::tokens
+  // > 0: the target prefix is a soft bias instead of forced (CTranslate2 prefix_bias_beta):
+  // while a row has followed the prefix, its next-token distribution is
+  // (1 - beta) * p + beta * onehot(prefix[step]).
+  double prefix_bias_beta = 0;
+  // After the target prefix, expand the num_hypotheses most likely tokens and complete each
+  // with the decoder's own search (CTranslate2 return_alternatives); expansions less likely
+  // than min_alternative_expansion_prob are dropped.
+  bool return_alternatives = false;
+  double min_alternative_expansion_prob = 0;
 };
 
 // Reads the options declared by decoder_param_specs(). Throws ConfigError for values that
-// the declared ranges cannot express (a non-positive repetition penalty, min > max).
+// the declared ranges cannot express (a non-positive repetition penalty, min > max, a bias
+// with return_alternatives).
 DecodingOptions parse_decoding_options(const Params& params);
+
+// ConfigError when a decoder's token ids (end_tokens, suppress_sequences) fall outside a model
+// vocabulary of `vocab_size` ids. `decoder_params` are a decoder section's values; options a
+// plugin does not declare are not checked. Tasks call it once, before any record.
+void check_decoder_tokens(const Params& decoder_params, std::int32_t vocab_size);
 
 // The parameter list of a decoder plugin: the shared options followed by the plugin's own.
 // The strings are owned by libmasque (static storage), so the result may back a descriptor.
@@ -53,7 +73,8 @@ namespace decoding {
 // What one record asks for, resolved once per decode() call.
 struct RecordPlan {
   std::span<const TokenId> context;  // the prompt (repetition penalty, n-gram blocking)
-  std::span<const TokenId> prefix;   // forced first tokens
+  std::span<const TokenId> prefix;   // forced first tokens (empty when biased)
+  std::span<const TokenId> biased;   // the prefix as a soft bias (prefix_bias_beta > 0)
   std::int32_t limit = 0;            // steps allowed; 0 = nothing to decode
 };
 
@@ -89,16 +110,23 @@ class BOOST_SYMBOL_VISIBLE LogitsProcessor {
                             std::span<const TokenId> history);
   void penalize_once(std::span<float> logits, TokenId token);
   void block_end_tokens(std::span<float> logits) const;
+  void suppress_sequences(std::span<float> logits, std::span<const TokenId> context,
+                          std::span<const TokenId> history) const;
   void block_repeated_ngrams(std::span<float> logits, std::span<const TokenId> context,
                              std::span<const TokenId> history) const;
 
   double repetition_penalty_;
   std::int32_t min_new_tokens_;
   std::int32_t ngram_size_;
+  std::vector<std::vector<TokenId>> suppressed_;
   std::vector<TokenId> end_tokens_;
   std::vector<std::uint32_t> seen_;  // per token: the stamp of the last row that penalized it
   std::uint32_t stamp_ = 0;
 };
+
+// Turns a row of processed logits into CTranslate2's biased log-probs:
+// log((1 - beta) * softmax(row) + beta * onehot(token)).
+void bias_towards(std::span<float> row, TokenId token, double beta);
 
 // log(sum(exp(logits))), accumulated in double. -inf for an all -inf row.
 double log_sum_exp(std::span<const float> logits);
@@ -139,6 +167,19 @@ class BOOST_SYMBOL_VISIBLE TokenChooser {
 // dropped from the stepper. Each record's hypotheses come back best first.
 std::vector<DecodeResult> decode_independent(Stepper& stepper, const DecodingOptions& options,
                                              std::int32_t per_record, TokenChooser& chooser);
+
+// CTranslate2's return_alternatives: each record's forced prefix is run, the num_hypotheses
+// most likely next tokens are expanded (end tokens blocked, the logits processors applied;
+// expansion stops at the first token whose probability is below
+// min_alternative_expansion_prob), and each expansion is completed by `search` (the decoder's
+// own search, one hypothesis per record) with max/min_new_tokens reduced by the prefix and the
+// expansion. A hypothesis is prefix + expansion + completion; its logprobs start with the
+// expansion's; its score is the expansion's log-prob plus the completion's score (as
+// CTranslate2); the hypotheses come in expansion order. Needs Stepper::fork(). A record with
+// no expansion returns its prefix, unfinished and scored 0.
+using Search = std::function<std::vector<DecodeResult>(Stepper&, const DecodingOptions&)>;
+std::vector<DecodeResult> decode_alternatives(Stepper& stepper, const DecodingOptions& options,
+                                              std::int32_t num_hypotheses, const Search& search);
 
 }  // namespace decoding
 }  // namespace masque

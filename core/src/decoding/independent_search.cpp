@@ -17,6 +17,7 @@ struct Sequence {
   std::vector<TokenId> tokens;
   std::vector<float> logprobs;
   double logprob_sum = 0;
+  bool on_prefix = true;  // has followed the biased prefix so far
 };
 
 // Capacity reserved up front so that appending tokens does not allocate in the loop.
@@ -91,9 +92,9 @@ class IndependentSearch {
     Sequence& seq = alive_[row_index];
     const RecordPlan& plan = plans_[seq.record];
     const bool forced = step < static_cast<std::int32_t>(plan.prefix.size());
-    const TokenId token = forced ? plan.prefix[step] : choose(seq, plan, row);
+    const TokenId token = forced ? plan.prefix[step] : choose(seq, plan, row, step);
     const bool ended = !forced && is_end_token(end_tokens_, token);
-    if (!ended) seq.tokens.push_back(token);
+    if (!ended || options_.return_end_token) seq.tokens.push_back(token);
     if (ended || step + 1 == plan.limit) {
       finish(seq, ended);
       return;
@@ -102,13 +103,16 @@ class IndependentSearch {
     next_.push_back(token);
   }
 
-  TokenId choose(Sequence& seq, const RecordPlan& plan, std::span<float> row) {
+  TokenId choose(Sequence& seq, const RecordPlan& plan, std::span<float> row, std::int32_t step) {
     processor_.apply(row, plan.context, seq.tokens);
-    const double lse = log_sum_exp(row);
+    const bool biased = seq.on_prefix && step < static_cast<std::int32_t>(plan.biased.size());
+    if (biased) bias_towards(row, plan.biased[step], options_.prefix_bias_beta);
+    const double lse = biased ? 0.0 : log_sum_exp(row);  // a biased row holds log-probs
     const TokenId token = chooser_.choose(row, seq.index);
     if (token < 0 || token >= vocab_)
       throw RuntimeError("decoder chose token " + std::to_string(token) +
                          " outside the vocabulary");
+    seq.on_prefix = biased && token == plan.biased[step];
     const double logprob = row[static_cast<std::size_t>(token)] - lse;
     seq.logprobs.push_back(static_cast<float>(logprob));
     seq.logprob_sum += logprob;
@@ -117,7 +121,8 @@ class IndependentSearch {
 
   void finish(Sequence& seq, bool ended) {
     Hypothesis& h = results_[seq.record].hypotheses[seq.index % per_record_];
-    h.score = normalized_score(seq.logprob_sum, seq.tokens.size() + (ended ? 1 : 0),
+    const bool end_apart = ended && !options_.return_end_token;
+    h.score = normalized_score(seq.logprob_sum, seq.tokens.size() + (end_apart ? 1 : 0),
                                options_.length_penalty);
     h.finished = ended;
     h.tokens = std::move(seq.tokens);

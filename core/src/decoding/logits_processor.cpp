@@ -33,6 +33,7 @@ LogitsProcessor::LogitsProcessor(const DecodingOptions& options, std::vector<Tok
     : repetition_penalty_(options.repetition_penalty),
       min_new_tokens_(options.min_new_tokens),
       ngram_size_(options.no_repeat_ngram_size),
+      suppressed_(options.suppress_sequences),
       end_tokens_(std::move(end_tokens)) {
   // The stamps are only needed (and only paid for) when the penalty is on.
   if (repetition_penalty_ != 1.0) seen_.assign(static_cast<std::size_t>(vocab_size), 0);
@@ -43,6 +44,7 @@ void LogitsProcessor::apply(std::span<float> logits, std::span<const TokenId> co
   if (repetition_penalty_ != 1.0) penalize_repetitions(logits, context, history);
   if (static_cast<std::int64_t>(history.size()) < min_new_tokens_) block_end_tokens(logits);
   if (ngram_size_ > 0) block_repeated_ngrams(logits, context, history);
+  if (!suppressed_.empty()) suppress_sequences(logits, context, history);
 }
 
 // O(prompt + history), not O(vocab): each distinct token is penalized once per row, found
@@ -82,6 +84,21 @@ void LogitsProcessor::block_repeated_ngrams(std::span<float> logits,
     if (!matches_suffix(seq, start, n)) continue;
     const auto banned = static_cast<std::size_t>(seq[start + n - 1]);
     if (banned < logits.size()) logits[banned] = kBlocked;
+  }
+}
+
+// CTranslate2's SuppressSequences over prompt + history: a sequence's last token is blocked
+// when the tokens before it are the sequence's end (a one-token sequence: always).
+void LogitsProcessor::suppress_sequences(std::span<float> logits, std::span<const TokenId> context,
+                                         std::span<const TokenId> history) const {
+  const JoinedTokens seq{context, history};
+  for (const std::vector<TokenId>& banned : suppressed_) {
+    const std::size_t n = banned.size() - 1;  // tokens that must precede
+    if (seq.size() < n) continue;
+    bool match = true;
+    for (std::size_t j = 0; j < n && match; ++j) match = seq[seq.size() - n + j] == banned[j];
+    const auto last = static_cast<std::size_t>(banned.back());
+    if (match && last < logits.size()) logits[last] = kBlocked;
   }
 }
 

@@ -1,6 +1,7 @@
 #include "tasks/common.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "masque/decoding.hpp"
 #include "masque/error.hpp"
@@ -181,6 +182,11 @@ ModelStepper::ModelStepper(const Model& model, std::unique_ptr<DecodeState> stat
       records_(std::move(records)),
       end_tokens_(std::move(end_tokens)),
       step_token_type_(step_token_type) {
+  row_records_.resize(records_.size());
+  for (std::size_t r = 0; r < records_.size(); ++r) {
+    row_records_[r] = static_cast<std::int32_t>(r);
+    restricted_ = restricted_ || !records_[r].allowed.empty();
+  }
   if (start_token >= 0) {
     std::vector<TokenId> start(records_.size(), start_token);
     advance(start);
@@ -197,11 +203,35 @@ void ModelStepper::advance(std::span<const TokenId> tokens) {
   model_.step(*state_, input, logits_);
 }
 
+void ModelStepper::logits(Tensor& out) {
+  if (restricted_ && !logits_.empty()) {
+    const auto width = static_cast<std::size_t>(logits_.dim(-1));
+    for (std::size_t row = 0; row < row_records_.size(); ++row) {
+      const auto& allowed = records_[static_cast<std::size_t>(row_records_[row])].allowed;
+      float* values = logits_.f32() + row * width;
+      for (std::size_t id = 0; id < allowed.size() && id < width; ++id)
+        if (!allowed[id]) values[id] = std::numeric_limits<float>::lowest();
+    }
+  }
+  out = logits_;
+}
+
 void ModelStepper::select(std::span<const std::int32_t> rows) {
+  std::vector<std::int32_t> records(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) records[i] = row_records_[rows[i]];
+  row_records_ = std::move(records);
   state_->select(rows);
   if (logits_.empty()) return;
   gather_rows(logits_, rows, spare_);  // spare_ is reused: no allocation per step
   std::swap(logits_, spare_);
+}
+
+std::unique_ptr<Stepper> ModelStepper::fork() const {
+  auto copy = std::make_unique<ModelStepper>(model_, state_->fork(),
+                                             logits_.empty() ? Tensor() : logits_.clone(), records_,
+                                             end_tokens_, -1, step_token_type_);
+  copy->row_records_ = row_records_;
+  return copy;
 }
 
 void add_hypotheses(Result& result, const DecodeResult& decoded, const Tokenizer* tokenizer,

@@ -80,6 +80,8 @@ struct StepperRecord {
   std::vector<TokenId> context;  // prompt / source, for repetition penalties
   std::vector<TokenId> prefix;   // forced target prefix
   std::int32_t max_steps = -1;
+  // Ids the record may produce (a vocabulary map), allowed[id] != 0; empty: all.
+  std::vector<std::uint8_t> allowed;
 };
 
 class ModelStepper final : public Stepper {
@@ -102,9 +104,11 @@ class ModelStepper final : public Stepper {
   std::int32_t max_steps(std::int32_t record) const override { return records_[record].max_steps; }
   std::vector<TokenId> default_end_tokens() const override { return end_tokens_; }
 
-  void logits(Tensor& out) override { out = logits_; }
+  // The rows' logits, the ids their records may not produce set to the lowest float.
+  void logits(Tensor& out) override;
   void advance(std::span<const TokenId> tokens) override;
   void select(std::span<const std::int32_t> rows) override;
+  std::unique_ptr<Stepper> fork() const override;
 
  private:
   const Model& model_;
@@ -115,6 +119,8 @@ class ModelStepper final : public Stepper {
   std::vector<TokenId> end_tokens_;
   std::int32_t step_token_type_;
   std::vector<std::int32_t> types_;
+  std::vector<std::int32_t> row_records_;  // the record of each row
+  bool restricted_ = false;                // some record has an `allowed` set
 };
 
 // JSON for a decoded hypothesis list (shared by lm-generate and seq2seq).

@@ -1,4 +1,5 @@
 // Task `lm-generate`: continue each record (an empty one starts from BOS) with a decoder.
+#include "masque/decoding.hpp"
 #include "masque/error.hpp"
 #include "tasks/common.hpp"
 
@@ -18,6 +19,7 @@ class LmGenerateTask final : public Task {
     if (!mask_.supports_incremental())
       throw ConfigError("lm-generate decodes incrementally, which the mask strategy '" +
                         pipeline.at("mask").entry->key() + "' does not allow (use causal)");
+    check_decoder_tokens(pipeline.at("decoder").params, model_.info().vocab_size);
   }
 
   void prepare(Item& item) const override {

@@ -1,5 +1,7 @@
 // Task `lm-score`: the log-likelihood of every record under a causal (or any) mask:
 // nll = -sum log p(x_t | x_<t) over tokens 2..n, in nats; ppl = exp(nll / (n - 1)).
+// Conditional form: with a prompt (the `prompt_field` of the record), the record is
+// prompt + text and only the text's tokens are scored, given the prompt.
 #include <cmath>
 #include <mutex>
 
@@ -14,6 +16,11 @@ namespace {
 // Logit rows are [rows, vocab] floats: keep one forward's worth under this many bytes.
 constexpr std::size_t kLogitBudgetBytes = std::size_t{512} << 20;
 
+// The first scored position of a record: 1, or the prompt's length in the conditional form.
+std::size_t first_scored(const Item& item) {
+  return item.data ? *static_cast<const std::size_t*>(item.data.get()) : 1;
+}
+
 class LmScoreTask final : public Task {
  public:
   LmScoreTask(const Pipeline& pipeline, const Plugins& plugins)
@@ -21,10 +28,19 @@ class LmScoreTask final : public Task {
         model_(*plugins.model),
         tokenizer_(plugins.tokenizer.get()),
         mask_(*plugins.mask),
-        token_logprobs_(params_.get_bool("token_logprobs")) {}
+        token_logprobs_(params_.get_bool("token_logprobs")),
+        prompt_field_(params_.get_string("prompt_field")) {}
 
   void prepare(Item& item) const override {
-    tokenize_item(item, tokenizer_, &model_, true);
+    std::vector<TokenId> prompt = prompt_tokens(item.record);
+    tokenize_item(item, tokenizer_, &model_, prompt.empty());
+    if (!prompt.empty()) {
+      if (item.tokens.empty())
+        throw RecordError("nothing to score: the text after the prompt has no tokens");
+      item.data = std::make_shared<std::size_t>(prompt.size());
+      item.tokens.insert(item.tokens.begin(), prompt.begin(), prompt.end());
+      item.type_ids.assign(item.tokens.size(), 0);
+    }
     if (item.tokens.size() < 2)
       throw RecordError("nothing to score: the record has " + std::to_string(item.tokens.size()) +
                         " token(s); scoring needs at least 2 (the first token is only context)");
@@ -40,7 +56,7 @@ class LmScoreTask final : public Task {
     while (begin < batch.size()) {
       std::size_t end = begin, rows = 0;
       while (end < batch.size()) {
-        std::size_t more = batch[end]->tokens.size() - 1;
+        std::size_t more = batch[end]->tokens.size() - first_scored(*batch[end]);
         if (end > begin && (rows + more) * vocab * sizeof(float) > kLogitBudgetBytes) break;
         rows += more;
         ++end;
@@ -90,6 +106,31 @@ class LmScoreTask final : public Task {
   std::vector<std::string> tsv_columns() const override { return {"tokens", "nll", "ppl"}; }
 
  private:
+  // The prompt's ids (with the tokenizer's leading special tokens, e.g. BOS): text, or an array
+  // of ids. Empty when the record has none.
+  std::vector<TokenId> prompt_tokens(const Record& record) const {
+    auto it = record.fields.find(prompt_field_);
+    if (it == record.fields.end() || it->is_null()) return {};
+    if (it->is_string()) {
+      if (it->get<std::string>().empty()) return {};
+      if (!tokenizer_)
+        throw RecordError("'" + prompt_field_ + "' is text, but the pipeline has no tokenizer");
+      return tokenizer_->encode(it->get<std::string>(), true).ids;
+    }
+    const std::int64_t vocab = model_.info().vocab_size;
+    std::vector<TokenId> ids;
+    if (it->is_array())
+      for (const auto& v : *it) {
+        if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= vocab)
+          break;
+        ids.push_back(v.get<TokenId>());
+      }
+    if (!it->is_array() || ids.size() != it->size())
+      throw RecordError("'" + prompt_field_ + "' must be text or an array of ids in 0.." +
+                        std::to_string(vocab - 1));
+    return ids;
+  }
+
   void score(std::span<Item* const> items, std::vector<Result>& results) const {
     std::vector<SequenceSpec> specs(items.size());
     for (std::size_t i = 0; i < items.size(); ++i) {
@@ -100,25 +141,27 @@ class LmScoreTask final : public Task {
     BuiltBatch built = build_batch(specs, mask_, model_.info().pad, -1);
     Batch& b = built.batch;
     for (std::size_t i = 0; i < items.size(); ++i)
-      for (std::size_t t = 0; t + 1 < items[i]->tokens.size(); ++t)
+      for (std::size_t t = first_scored(*items[i]) - 1; t + 1 < items[i]->tokens.size(); ++t)
         b.output_rows.push_back(static_cast<std::int32_t>(i * b.length + t));
     ForwardResult out = model_.forward(b);
     std::size_t row = 0;
     for (Item* item : items) {
       const auto& ids = item->tokens;
-      std::vector<double> lps(ids.size() - 1);
+      const std::size_t first = first_scored(*item);
+      std::vector<double> lps(ids.size() - first);
       double nll = 0;
-      for (std::size_t t = 0; t + 1 < ids.size(); ++t, ++row) {
-        lps[t] = token_logprob(tensor_row(out.logits, row), ids[t + 1]);
-        nll -= lps[t];
+      for (std::size_t k = 0; k < lps.size(); ++k, ++row) {
+        lps[k] = token_logprob(tensor_row(out.logits, row), ids[first + k]);
+        nll -= lps[k];
       }
-      const double scored = static_cast<double>(ids.size() - 1);
+      const double scored = static_cast<double>(lps.size());
       Result r;
       r.id = item->record.id;
       r.object["id"] = item->record.id;
       r.object["tokens"] = ids.size();
       r.object["nll"] = nll;
       r.object["ppl"] = std::exp(nll / scored);
+      if (item->data) r.object["prompt_tokens"] = first;
       if (token_logprobs_) {
         r.object["ids"] = ids;
         r.object["token_logprobs"] = lps;
@@ -130,7 +173,7 @@ class LmScoreTask final : public Task {
       results.push_back(std::move(r));
       std::lock_guard lock(mutex_);
       ++records_;
-      scored_ += ids.size() - 1;
+      scored_ += lps.size();
       total_nll_.add(nll);  // exact: the corpus NLL does not depend on the batch order
     }
   }
@@ -140,6 +183,7 @@ class LmScoreTask final : public Task {
   const Tokenizer* tokenizer_;
   const MaskStrategy& mask_;
   bool token_logprobs_;
+  std::string prompt_field_;
   mutable std::mutex mutex_;
   mutable std::uint64_t records_ = 0, scored_ = 0;
   mutable ExactSum total_nll_;
@@ -153,11 +197,19 @@ const TaskRegistration registration({
     .spec =
         {.name = "lm-score",
          .description = "score each record with a language model: {id, tokens, nll, ppl} "
-                        "(nll in nats over tokens 2..n; ppl = exp(nll / (n - 1)))",
+                        "(nll in nats over tokens 2..n; ppl = exp(nll / (n - 1))); with a prompt, "
+                        "only the text after it is scored (+ prompt_tokens)",
          .params = {{.name = "token_logprobs",
                      .type = ParamType::boolean,
                      .default_value = "false",
-                     .help = "also output the ids and the log-probability of every scored token"}},
+                     .help = "also output the ids and the log-probability of every scored token"},
+                    {.name = "prompt_field",
+                     .type = ParamType::string,
+                     .default_value = "prompt",
+                     .help = "JSON-lines / TSV field holding a prompt (text, encoded with the "
+                             "tokenizer's special tokens, or an array of ids): the record is then "
+                             "prompt + text (text encoded without special tokens) and only the "
+                             "text's tokens are scored, given the prompt"}},
          .required_sections = {"model", "mask"},
          .optional_sections = {"tokenizer"},
          .default_plugins = {{"mask", "causal"}}},

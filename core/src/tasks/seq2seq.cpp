@@ -2,8 +2,11 @@
 // BERT-like model under the UniLM mask, or an encoder-decoder) is the route's business
 // (tasks/seq2seq_route.hpp). A target prefix (a `prefix` field in JSON lines or TSV records)
 // is forced first.
+#include "masque/decoding.hpp"
 #include "masque/error.hpp"
+#include "tasks/seq2seq_input.hpp"
 #include "tasks/seq2seq_route.hpp"
+#include "tasks/vocabulary_map.hpp"
 
 namespace masque {
 
@@ -11,6 +14,7 @@ namespace {
 
 struct Seq2SeqInput {
   std::vector<TokenId> prefix;
+  std::string note;  // source truncation
 };
 
 class Seq2SeqTask final : public Task {
@@ -24,24 +28,22 @@ class Seq2SeqTask final : public Task {
         route_(choose_seq2seq_route(plugins)),
         decoder_(*plugins.decoder),
         token_logprobs_(params_.get_bool("token_logprobs")),
-        prefix_field_(params_.get_string("prefix_field")) {}
+        prefix_field_(params_.get_string("prefix_field")) {
+    check_decoder_tokens(pipeline.at("decoder").params, model_.info().vocab_size);
+    const std::string& vmap = params_.get_string("vmap");
+    if (!vmap.empty()) {
+      if (!target_tokenizer_ || !source_tokenizer_)
+        throw ConfigError("vmap: a vocabulary map needs the source and target tokenizers");
+      vmap_ = std::make_unique<VocabularyMap>(vmap, *target_tokenizer_, model_.info());
+    }
+  }
 
   void prepare(Item& item) const override {
     tokenize_item(item, source_tokenizer_, &model_, true);
     auto input = std::make_shared<Seq2SeqInput>();
-    auto it = item.record.fields.find(prefix_field_);
-    if (it != item.record.fields.end() && it->is_string() && !it->get<std::string>().empty()) {
-      if (!target_tokenizer_) throw RecordError("a target prefix needs a tokenizer");
-      input->prefix = target_tokenizer_->encode(it->get<std::string>(), false).ids;
-    } else if (it != item.record.fields.end() && it->is_array()) {
-      const std::int64_t vocab = model_.info().vocab_size;
-      for (const auto& v : *it) {
-        if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= vocab)
-          throw RecordError("'" + prefix_field_ + "' must be text or an array of ids in 0.." +
-                            std::to_string(vocab - 1));
-        input->prefix.push_back(v.get<TokenId>());
-      }
-    }
+    input->note = truncate_source(item, params_, source_tokenizer_);
+    input->prefix =
+        target_field(item.record, prefix_field_, target_tokenizer_, model_.info().vocab_size);
     check_length(item, route_->positions(item, input->prefix.size()), params_, model_);
     item.cost = item.tokens.size();
     item.data = input;
@@ -53,6 +55,8 @@ class Seq2SeqTask final : public Task {
     for (std::size_t i = 0; i < items.size(); ++i) {
       results[i].id = items[i]->record.id;
       results[i].object["id"] = results[i].id;
+      const auto& note = static_cast<Seq2SeqInput*>(items[i]->data.get())->note;
+      if (!note.empty()) results[i].object["note"] = note;
       if (route_->trivially_empty(*items[i])) {
         DecodeResult empty;
         empty.hypotheses.push_back({});
@@ -81,9 +85,16 @@ class Seq2SeqTask final : public Task {
     for (std::size_t i = 0; i < items.size(); ++i) {
       records[i].id = items[i]->record.id;
       records[i].prefix = static_cast<Seq2SeqInput*>(items[i]->data.get())->prefix;
+      if (vmap_) records[i].allowed = vmap_->allowed(source_pieces(*items[i]), records[i].prefix);
     }
     std::unique_ptr<Stepper> stepper = route_->start(items, std::move(records));
     return decoder_.decode(*stepper);
+  }
+
+  std::vector<std::string> source_pieces(const Item& item) const {
+    std::vector<std::string> pieces;
+    for (TokenId t : item.tokens) pieces.push_back(source_tokenizer_->id_to_piece(t));
+    return pieces;
   }
 
   const Params& params_;
@@ -94,6 +105,7 @@ class Seq2SeqTask final : public Task {
   const Decoder& decoder_;
   bool token_logprobs_;
   std::string prefix_field_;
+  std::unique_ptr<VocabularyMap> vmap_;
 };
 
 std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {
@@ -114,7 +126,16 @@ const TaskRegistration registration({
                      .type = ParamType::string,
                      .default_value = "prefix",
                      .help = "JSON-lines / TSV field holding a target prefix (text, or an array of "
-                             "ids) to force before decoding freely"}},
+                             "ids) to force before decoding freely"},
+                    max_input_length_param(),
+                    {.name = "vmap",
+                     .type = ParamType::path,
+                     .default_value = "",
+                     .help = "a vocabulary map restricting each record's output vocabulary "
+                             "(CTranslate2 use_vmap with the model's vmap.txt): lines '<source "
+                             "n-gram> TAB <target tokens>', an empty n-gram for tokens always "
+                             "allowed; special tokens and the record's prefix stay allowed. "
+                             "Restricts per record (CTranslate2: per batch). Empty: off"}},
          .required_sections = {"model", "decoder"},
          .optional_sections = {"tokenizer", "target_tokenizer", "mask"},
          .default_plugins = {{"decoder", "greedy"}},

@@ -61,12 +61,12 @@ class UnilmRoute final : public Seq2SeqRoute {
                                           std::move(records), end_tokens(), -1, 1);
   }
 
- private:
-  std::vector<TokenId> end_tokens() const {
+  std::vector<TokenId> end_tokens() const override {
     const TokenId sep = tokenizer_->special_tokens().sep;
     return sep >= 0 ? std::vector<TokenId>{sep} : std::vector<TokenId>{};
   }
 
+ private:
   const Model& model_;
   const MaskStrategy& mask_;
   const Tokenizer* tokenizer_;
@@ -102,14 +102,14 @@ class EncoderDecoderRoute final : public Seq2SeqRoute {
                                           end_tokens(), start);
   }
 
- private:
-  std::vector<TokenId> end_tokens() const {
+  std::vector<TokenId> end_tokens() const override {
     if (model_.info().eos >= 0) return {model_.info().eos};
     if (target_tokenizer_ && target_tokenizer_->special_tokens().eos >= 0)
       return {target_tokenizer_->special_tokens().eos};
     return {};
   }
 
+ private:
   const Model& model_;
   const MaskStrategy& visible_;
   const Tokenizer* target_tokenizer_;

@@ -23,6 +23,8 @@ class Seq2SeqRoute {
   virtual std::size_t positions(const Item& item, std::size_t prefix) const = 0;
   // True when the target is empty without running the model (an empty encoder source).
   virtual bool trivially_empty(const Item& item) const = 0;
+  // The tokens that end a target: the model's EOS (encoder-decoder) or the tokenizer's [SEP].
+  virtual std::vector<TokenId> end_tokens() const = 0;
   // Runs the sources of `items` and returns a stepper before each record's first target
   // token. `records` hold each record's id and forced prefix; the route adds the rest.
   virtual std::unique_ptr<Stepper> start(std::span<Item* const> items,

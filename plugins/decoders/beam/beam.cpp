@@ -10,14 +10,14 @@
 
 namespace {
 
-masque::beam::BeamOptions parse_beam(const masque::Params& params) {
+masque::beam::BeamOptions parse_beam(const masque::Params& params, bool alternatives) {
   masque::beam::BeamOptions o;
   o.beam_size = static_cast<std::int32_t>(params.get_int("beam_size"));
   o.patience = params.get_number("patience");
   o.num_hypotheses = static_cast<std::int32_t>(params.get_int("num_hypotheses"));
   if (!(o.patience > 0)) throw masque::ConfigError("patience must be > 0");
   const std::int32_t most = masque::beam::max_finished(o);
-  if (o.num_hypotheses > most)
+  if (o.num_hypotheses > most && !alternatives)
     throw masque::ConfigError(
         "num_hypotheses (" + std::to_string(o.num_hypotheses) +
         ") cannot exceed round(beam_size * patience) = " + std::to_string(most));
@@ -27,10 +27,19 @@ masque::beam::BeamOptions parse_beam(const masque::Params& params) {
 class BeamDecoder final : public masque::Decoder {
  public:
   explicit BeamDecoder(const masque::Params& params)
-      : options_(masque::parse_decoding_options(params)), beam_(parse_beam(params)) {}
+      : options_(masque::parse_decoding_options(params)),
+        beam_(parse_beam(params, options_.return_alternatives)) {}
 
   std::vector<masque::DecodeResult> decode(masque::Stepper& stepper) const override {
-    return masque::beam::beam_search(stepper, options_, beam_);
+    if (!options_.return_alternatives) return masque::beam::beam_search(stepper, options_, beam_);
+    // Each alternative is completed by a beam search returning its best hypothesis.
+    masque::beam::BeamOptions one = beam_;
+    one.num_hypotheses = 1;
+    return masque::decoding::decode_alternatives(
+        stepper, options_, beam_.num_hypotheses,
+        [&one](masque::Stepper& s, const masque::DecodingOptions& o) {
+          return masque::beam::beam_search(s, o, one);
+        });
   }
 
  private:
@@ -62,7 +71,7 @@ const std::vector<masque::ParamSpec>& param_specs() {
        .type = masque::ParamType::integer,
        .default_value = "1",
        .help = "hypotheses returned per record, best first (at most round(beam_size * "
-               "patience))",
+               "patience)); with return_alternatives, the number of alternatives",
        .min = 1,
        .max = 1024},
   });

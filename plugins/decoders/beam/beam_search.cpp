@@ -24,6 +24,7 @@ struct Beam {
   std::vector<TokenId> tokens;  // forced prefix and generated tokens
   std::vector<float> logprobs;  // of the generated tokens
   double score = 0;             // cumulative, not normalized
+  bool on_prefix = true;        // has followed the biased prefix so far
 };
 
 struct Candidate {
@@ -121,6 +122,7 @@ class BeamSearch {
     b.tokens.clear();
     b.logprobs.clear();
     b.score = 0;
+    b.on_prefix = true;
     return b;
   }
 
@@ -159,7 +161,7 @@ class BeamSearch {
     if (step < prefix_length) {
       forced_candidates(plan.prefix[step], count);
     } else {
-      scored_candidates(a, plan, count);
+      scored_candidates(a, plan, count, step);
       if (prefix_length > 0 && step == prefix_length) demote_secondary_ends(a);
     }
     const bool last = step + 1 == plan.limit;
@@ -168,7 +170,7 @@ class BeamSearch {
       finalize(a);
       return true;
     }
-    continue_beams(a);
+    continue_beams(a, step);
     return false;
   }
 
@@ -179,10 +181,10 @@ class BeamSearch {
   }
 
   void scored_candidates(const ActiveRecord& a, const decoding::RecordPlan& plan,
-                         std::int32_t count) {
+                         std::int32_t count, std::int32_t step) {
     candidates_.clear();
     beam_lse_.resize(static_cast<std::size_t>(a.num_beams));
-    for (std::int32_t b = 0; b < a.num_beams; ++b) add_beam_candidates(a, plan, b, count);
+    for (std::int32_t b = 0; b < a.num_beams; ++b) add_beam_candidates(a, plan, b, count, step);
     if (a.num_beams > 1) {
       // A beam's own candidates are already ordered; only the merge needs sorting.
       std::partial_sort(candidates_.begin(), candidates_.begin() + count, candidates_.end(),
@@ -193,11 +195,13 @@ class BeamSearch {
 
   // The beam's best `count` tokens: no other token of this beam can be among the best `count`.
   void add_beam_candidates(const ActiveRecord& a, const decoding::RecordPlan& plan, std::int32_t b,
-                           std::int32_t count) {
+                           std::int32_t count, std::int32_t step) {
     Beam& beam = beams_[static_cast<std::size_t>(a.first_row + b)];
     std::span<float> row = logits_row(a.first_row + b);
     processor_.apply(row, plan.context, beam.tokens);
-    const double lse = decoding::log_sum_exp(row);
+    const bool biased = beam.on_prefix && step < static_cast<std::int32_t>(plan.biased.size());
+    if (biased) decoding::bias_towards(row, plan.biased[step], options_.prefix_bias_beta);
+    const double lse = biased ? 0.0 : decoding::log_sum_exp(row);  // biased: log-probs
     beam_lse_[static_cast<std::size_t>(b)] = lse;
     decoding::top_k(row, count, top_ids_);
     for (std::int32_t id : top_ids_) {
@@ -253,7 +257,7 @@ class BeamSearch {
     Hypothesis& h = a.finished.emplace_back();
     h.tokens.reserve(origin.tokens.size() + 1);
     h.tokens.assign(origin.tokens.begin(), origin.tokens.end());
-    if (!ended) h.tokens.push_back(c.token);
+    if (!ended || options_.return_end_token) h.tokens.push_back(c.token);
     h.logprobs.reserve(origin.logprobs.size() + 1);
     h.logprobs.assign(origin.logprobs.begin(), origin.logprobs.end());
     if (c.scored) h.logprobs.push_back(c.logprob);
@@ -269,17 +273,21 @@ class BeamSearch {
 
   void finalize(ActiveRecord& a) const {
     for (Hypothesis& h : a.finished)
-      h.score = decoding::normalized_score(h.score, h.tokens.size() + (h.finished ? 1 : 0),
-                                           options_.length_penalty);
+      h.score = decoding::normalized_score(
+          h.score, h.tokens.size() + (h.finished && !options_.return_end_token ? 1 : 0),
+          options_.length_penalty);
     decoding::sort_hypotheses(a.finished, num_hypotheses_);
   }
 
-  void continue_beams(const ActiveRecord& a) {
+  void continue_beams(const ActiveRecord& a, std::int32_t step) {
+    const std::span<const TokenId> biased = plans_[a.record].biased;
     for (std::size_t slot : slots_) {
       const Candidate& c = candidates_[slot];
       const std::int32_t origin_row = a.first_row + c.beam;
       const Beam& origin = beams_[static_cast<std::size_t>(origin_row)];
       Beam& next = new_beam(next_beams_, next_count_);
+      next.on_prefix = origin.on_prefix && step < static_cast<std::int32_t>(biased.size()) &&
+                       c.token == biased[step];
       next.tokens.assign(origin.tokens.begin(), origin.tokens.end());
       next.tokens.push_back(c.token);
       next.logprobs.assign(origin.logprobs.begin(), origin.logprobs.end());

@@ -57,11 +57,21 @@ class SampleDecoder final : public masque::Decoder {
         num_hypotheses_(static_cast<std::int32_t>(params.get_int("num_hypotheses"))) {}
 
   std::vector<masque::DecodeResult> decode(masque::Stepper& stepper) const override {
-    SamplingChooser chooser(sampling_, seed_, stepper, num_hypotheses_);
-    return masque::decoding::decode_independent(stepper, options_, num_hypotheses_, chooser);
+    if (options_.return_alternatives)
+      return masque::decoding::decode_alternatives(
+          stepper, options_, num_hypotheses_,
+          [this](masque::Stepper& s, const masque::DecodingOptions& o) { return sample(s, o, 1); });
+    return sample(stepper, options_, num_hypotheses_);
   }
 
  private:
+  std::vector<masque::DecodeResult> sample(masque::Stepper& stepper,
+                                           const masque::DecodingOptions& options,
+                                           std::int32_t per_record) const {
+    SamplingChooser chooser(sampling_, seed_, stepper, per_record);
+    return masque::decoding::decode_independent(stepper, options, per_record, chooser);
+  }
+
   masque::DecodingOptions options_;
   masque::sample::SamplingOptions sampling_;
   std::uint64_t seed_;
@@ -103,7 +113,8 @@ const std::vector<masque::ParamSpec>& param_specs() {
       {.name = "num_hypotheses",
        .type = masque::ParamType::integer,
        .default_value = "1",
-       .help = "independent samples per record, returned best score first",
+       .help = "independent samples per record, returned best score first; with "
+               "return_alternatives, the number of alternatives (each completed by one sample)",
        .min = 1,
        .max = 1024},
   });
