@@ -5,7 +5,7 @@
 # and the hypotheses stay in data/g2p/ (git-ignored).
 #
 #   scripts/g2p.sh MODEL [masque train options...]
-#     MODEL  unilm | causal      (pipelines/train-g2p-MODEL.yaml)
+#     MODEL  unilm | causal | encdec      (pipelines/train-g2p-MODEL.yaml)
 #   e.g. scripts/g2p.sh unilm --threads 2
 #        scripts/g2p.sh causal --threads 2 --set task.max_minutes=10
 #
@@ -15,10 +15,12 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 masque=${MASQUE:-$root/build/bin/masque}
 model=${1:-}
+pipeline=$root/pipelines/g2p.yaml
 case $model in
-  unilm) mask=seq2seq ;;
-  causal) mask=causal ;;
-  *) echo "usage: scripts/g2p.sh unilm|causal [masque train options...]" >&2; exit 2 ;;
+  unilm) mask=(--set mask.plugin=seq2seq) ;;
+  causal) mask=(--set mask.plugin=causal) ;;
+  encdec) mask=(); pipeline=$root/pipelines/g2p-encdec.yaml ;;
+  *) echo "usage: scripts/g2p.sh unilm|causal|encdec [masque train options...]" >&2; exit 2 ;;
 esac
 shift
 [[ -x $masque ]] || { echo "g2p: $masque is not built (scripts/setup.sh)" >&2; exit 2; }
@@ -33,10 +35,10 @@ if [[ ! -e $run/last ]]; then
 fi
 
 for search in greedy beam4; do
-  sets=(--set "model.path=$run/best" --set "tokenizer.path=$run/best" --set "mask.plugin=$mask")
+  sets=(--set "model.path=$run/best" --set "tokenizer.path=$run/best" "${mask[@]}")
   [[ $search == beam4 ]] && sets+=(--set decoder.plugin=beam --set decoder.beam_size=4)
   start=$(date +%s.%N)
-  "$masque" run "$root/pipelines/g2p.yaml" "${sets[@]}" -i "$data/test.words" \
+  "$masque" run "$pipeline" "${sets[@]}" -i "$data/test.words" \
     -o "$data/eval/$model.$search.jsonl"
   end=$(date +%s.%N)
   words=$(wc -l <"$data/test.words")
