@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The G2P experiment end to end for one model (docs/g2p.md): the data split (if missing), a
+# from-scratch training run by `masque train` (25-minute budget), and the test-split scores with
+# greedy search and beam 4 by `masque eval`. Progress goes to the terminal; logs, the run folder
+# and the hypotheses stay in data/g2p/ (git-ignored).
+#
+#   scripts/g2p.sh MODEL [masque train options...]
+#     MODEL  unilm | causal | encdec      (pipelines/train-g2p-MODEL.yaml)
+#   e.g. scripts/g2p.sh unilm --threads 2
+#        scripts/g2p.sh causal --threads 2 --set task.max_minutes=10
+#
+# A finished run is not retrained: remove data/g2p/runs/MODEL to start again, or continue an
+# interrupted one with `masque train pipelines/train-g2p-MODEL.yaml --resume data/g2p/runs/MODEL`.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+masque=${MASQUE:-$root/build/bin/masque}
+model=${1:-}
+pipeline=$root/pipelines/g2p.yaml
+case $model in
+  unilm) mask=(--set mask.plugin=seq2seq) ;;
+  causal) mask=(--set mask.plugin=causal) ;;
+  encdec) mask=(); pipeline=$root/pipelines/g2p-encdec.yaml ;;
+  *) echo "usage: scripts/g2p.sh unilm|causal|encdec [masque train options...]" >&2; exit 2 ;;
+esac
+shift
+[[ -x $masque ]] || { echo "g2p: $masque is not built (scripts/setup.sh)" >&2; exit 2; }
+data=$root/data/g2p
+[[ -f $data/train.tsv && -f $data/tokenizer/tokenizer.json ]] || "$root/scripts/g2p-data.sh"
+mkdir -p "$data/logs" "$data/eval"
+run=$data/runs/$model
+
+if [[ ! -e $run/last ]]; then
+  echo "g2p: training $model (log: $data/logs/$model.log)" >&2
+  "$masque" train "$root/pipelines/train-g2p-$model.yaml" "$@" 2>&1 | tee "$data/logs/$model.log"
+fi
+
+for search in greedy beam4; do
+  sets=(--set "model.path=$run/best" --set "tokenizer.path=$run/best" "${mask[@]}")
+  [[ $search == beam4 ]] && sets+=(--set decoder.plugin=beam --set decoder.beam_size=4)
+  start=$(date +%s.%N)
+  "$masque" run "$pipeline" "${sets[@]}" -i "$data/test.words" \
+    -o "$data/eval/$model.$search.jsonl"
+  end=$(date +%s.%N)
+  words=$(wc -l <"$data/test.words")
+  echo "g2p: $model $search: $(awk -v w="$words" -v a="$start" -v b="$end" 'BEGIN { printf "%.0f words/s", w / (b - a) }')" >&2
+  "$masque" eval --ref "$data/test.ref.tsv" "$data/eval/$model.$search.jsonl" --token-name phone
+done
