@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "common.hpp"
+#include "masque/dist.hpp"
 #include "masque/error.hpp"
 #include "train/session.hpp"
 #include "train/settings.hpp"
@@ -27,6 +28,12 @@ Examples:
   masque train pipelines/train-causal-lm.yaml --set task.steps=200 --set task.lr=3e-4 --threads 2
   masque train pipelines/train-seq2seq.yaml --resume runs/seq2seq       # after Ctrl-C
   masque run pipelines/seq2seq-unilm.yaml --set model.path=runs/seq2seq/best
+  mpirun -n 4 masque train pipelines/train-seq2seq.yaml     # data-parallel (docs/scale-out.md)
+
+Under mpirun (or srun) the ranks train data-parallel: each micro-batch is cut into
+ranks x --threads parts, each rank trains its own, and the gradients are summed over the ranks in
+rank order, so every rank applies the same update; the losses equal one process's within float
+rounding. Rank 0 writes the checkpoints, metrics and progress.
 
 Exit codes: 0 trained; 2 usage, configuration or data error (e.g. more skipped records than
 task.max_bad_records); 3 runtime failure; 128+N stopped by signal N (SIGINT, SIGTERM) after a
@@ -78,7 +85,21 @@ int cmd_train(int argc, char** argv) {
   if (vm.count("resume")) options.resume = vm["resume"].as<std::string>();
   options.threads = threads;
   options.quiet = vm["quiet"].as<bool>();
-  return train::run_training(std::move(pipeline), *registry, options);
+  dist::Communicator& comm = dist::world();
+  if (comm.size() == 1) return train::run_training(std::move(pipeline), *registry, options);
+  // Several ranks: one that fails must not leave the others waiting in a reduction.
+  options.communicator = &comm;
+  try {
+    return train::run_training(std::move(pipeline), *registry, options);
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "masque: %s: error: %s
+", comm.where().c_str(), e.what());
+    comm.abort(kExitUsage);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "masque: %s: error: %s
+", comm.where().c_str(), e.what());
+    comm.abort(kExitRuntime);
+  }
 }
 
 }  // namespace masque::cli

@@ -132,6 +132,9 @@ class Session {
   int run();
 
  private:
+  bool leader() const { return !options_.communicator || options_.communicator->rank() == 0; }
+  // Whether any rank was signalled or ran out of time (every rank stops at the same step).
+  bool should_stop(bool out_of_time, int& signal) const;
   void load_model();
   std::vector<Example> load(const fs::path& file, const char* what) const;
   std::int64_t total_steps(const std::vector<Example>& examples) const;
@@ -216,14 +219,26 @@ void Session::load_model() {
       ObjectiveMasks{.inputs = plugins_.mask.get(), .source = source_mask_.get()}, info_);
 }
 
+bool Session::should_stop(bool out_of_time, int& signal) const {
+  signal = StopSignals::received();
+  if (!options_.communicator || options_.communicator->size() == 1)
+    return signal != 0 || out_of_time;
+  std::uint64_t flags[2] = {static_cast<std::uint64_t>(signal), out_of_time ? 1u : 0u};
+  options_.communicator->all_reduce_sum(std::span<std::uint64_t>(flags, 2));
+  if (flags[0] != 0 && signal == 0) signal = SIGINT;  // another rank was told to stop
+  return flags[0] != 0 || flags[1] != 0;
+}
+
 std::vector<Example> Session::load(const fs::path& file, const char* what) const {
   SkipLog skips(file.string(), settings_.max_bad_records,
-                options_.quiet ? std::function<void(const std::string&)>([](const std::string&) {})
-                               : std::function<void(const std::string&)>{});
+                options_.quiet || !leader()
+                    ? std::function<void(const std::string&)>([](const std::string&) {})
+                    : std::function<void(const std::string&)>{});
   std::vector<Example> examples = load_examples(
       file.string(), settings_.input, [&](const Record& r) { return objective_->prepare(r); },
       skips);
   const std::int64_t total = static_cast<std::int64_t>(examples.size()) + skips.count();
+  if (!leader()) return examples;
   std::fprintf(stderr, "masque train: %s: %lld usable records of %lld in %s\n", what,
                static_cast<long long>(examples.size()), static_cast<long long>(total),
                file.c_str());
@@ -272,12 +287,13 @@ void Session::restore() {
   seconds_before_ = state.value("seconds", 0.0);
   tokens_seen_ = state.value("tokens_seen", std::int64_t{0});
   saved_step_ = validated_step_ = trainer_->steps_done();
-  std::fprintf(stderr, "masque train: resuming from %s at step %lld\n", checkpoint.c_str(),
-               static_cast<long long>(trainer_->steps_done()));
+  if (leader())
+    std::fprintf(stderr, "masque train: resuming from %s at step %lld\n", checkpoint.c_str(),
+                 static_cast<long long>(trainer_->steps_done()));
 }
 
 void Session::save(std::int64_t step) {
-  if (saved_step_ == step) return;
+  if (saved_step_ == step || !leader()) return;
   const nlohmann::json s = state();
   store_->save(step, [&](const fs::path& dir) {
     copy_into(model_dir_ / "config.json", dir / "config.json");
@@ -297,21 +313,25 @@ void Session::validate(std::int64_t step) {
   const EvalResult e =
       trainer_->evaluate(valid_, static_cast<std::size_t>(settings_.valid_batch_size));
   const double ppl = std::exp(e.loss);
-  metrics_.write({{"step", step}, {"valid_loss", e.loss}, {"valid_ppl", ppl}});
   const bool best = e.loss < best_loss_;
+  if (best) {
+    best_loss_ = e.loss;
+    best_step_ = step;
+  }
+  if (!leader()) return;
+  metrics_.write({{"step", step}, {"valid_loss", e.loss}, {"valid_ppl", ppl}});
   std::fprintf(stderr, "%smasque train: step %lld: valid loss %s (ppl %s) over %lld tokens%s\n",
                isatty(2) && !options_.quiet ? "\r\033[K" : "", static_cast<long long>(step),
                number(e.loss).c_str(), number(ppl, 3).c_str(), static_cast<long long>(e.tokens),
                best ? ", best so far" : "");
   if (best) {
-    best_loss_ = e.loss;
-    best_step_ = step;
     save(step);
     store_->mark_best(step);
   }
 }
 
 void Session::log_step(const StepResult& r, double seconds) {
+  if (!leader()) return;
   metrics_.write({{"step", r.step},
                   {"loss", r.loss},
                   {"lr", r.lr},
@@ -332,41 +352,52 @@ int Session::run() {
         static_cast<std::int64_t>(std::ceil(settings_.warmup_ratio * static_cast<double>(total_)));
   const int cores =
       options_.cores > 0 ? options_.cores : static_cast<int>(std::thread::hardware_concurrency());
+  const int local_ranks = options_.communicator ? options_.communicator->local_size() : 1;
   t.threads = options_.threads;
-  t.intra_threads = std::max(1, cores / std::max(1, options_.threads));
-  set_thread_count(std::max(1, cores));
+  t.intra_threads = std::max(1, cores / std::max(1, options_.threads * local_ranks));
+  t.communicator = options_.communicator;
+  set_thread_count(std::max(1, cores / local_ranks));
   trainer_ = std::make_unique<Trainer>(*network_, params_, *objective_, train, t);
   tokenizer_files_ = tokenizer_files(pipeline_);
-  fs::create_directories(settings_.output);
-  store_ = std::make_unique<CheckpointStore>(settings_.output, settings_.keep_last);
+  // Rank 0 alone owns the run folder (an error there ends every rank: cmd_train aborts the job).
+  if (leader()) {
+    fs::create_directories(settings_.output);
+    store_ = std::make_unique<CheckpointStore>(settings_.output, settings_.keep_last);
+  }
   start_ = std::chrono::steady_clock::now();
   if (!options_.resume.empty())
     restore();
-  else if (!store_->steps().empty())
+  else if (leader() && !store_->steps().empty())
     throw ConfigError(settings_.output.string() + " already holds a run (" +
                       store_->path_of(store_->steps().back()).filename().string() +
                       "): continue it with --resume " + settings_.output.string() +
                       ", or set another task.output");
-  metrics_ = MetricsLog(settings_.output / "metrics.jsonl", trainer_->steps_done());
-  write_file_atomically(settings_.output / "pipeline.yaml", pipeline_.dump());
-  std::fprintf(stderr,
-               "masque train: %s %s, %lld parameters, %s; %lld steps (%lld records, batch %zu x "
-               "%d), lr %g; writing %s\n",
-               spec_.architecture.c_str(), from_scratch_ ? "from scratch" : "fine-tuned",
-               static_cast<long long>(params_.count()), to_string(settings_.objective.kind),
-               static_cast<long long>(total_), static_cast<long long>(train.size()), t.batch_size,
-               t.accumulation, t.schedule.base_lr, settings_.output.c_str());
+  if (leader()) {
+    metrics_ = MetricsLog(settings_.output / "metrics.jsonl", trainer_->steps_done());
+    write_file_atomically(settings_.output / "pipeline.yaml", pipeline_.dump());
+  }
+  if (leader())
+    std::fprintf(stderr,
+                 "masque train: %s %s, %lld parameters, %s; %lld steps (%lld records, batch %zu x "
+                 "%d), lr %g; writing %s\n",
+                 spec_.architecture.c_str(), from_scratch_ ? "from scratch" : "fine-tuned",
+                 static_cast<long long>(params_.count()), to_string(settings_.objective.kind),
+                 static_cast<long long>(total_), static_cast<long long>(train.size()), t.batch_size,
+                 t.accumulation, t.schedule.base_lr, settings_.output.c_str());
 
   const StopSignals signals;
-  const bool tty = isatty(2) && !options_.quiet;
+  const bool tty = isatty(2) && !options_.quiet && leader();
   Progress progress(total_, trainer_->steps_done(), tty);
   std::int64_t window_tokens = 0;
   auto window_start = std::chrono::steady_clock::now();
   double tokens_per_s = 0;
   bool out_of_time = false;
-  while (trainer_->steps_done() < total_ && !StopSignals::received()) {
-    if (settings_.max_minutes > 0 && seconds_since(start_) > settings_.max_minutes * 60) {
-      out_of_time = true;
+  int stop_signal = 0;
+  while (trainer_->steps_done() < total_) {
+    const bool late =
+        settings_.max_minutes > 0 && seconds_since(start_) > settings_.max_minutes * 60;
+    if (should_stop(late, stop_signal)) {
+      out_of_time = stop_signal == 0;
       break;
     }
     const StepResult r = trainer_->step();
@@ -383,7 +414,8 @@ int Session::run() {
       throw RuntimeError("training diverged: the loss of step " + std::to_string(r.step) + " is " +
                          number(r.loss) + " (lower the lr, or clip gradients)");
     progress.update(r.epoch, r.step, r.loss, r.lr, tokens_per_s);
-    if (!tty && settings_.log_every > 0 && r.step % settings_.log_every == 0 && !options_.quiet)
+    if (!tty && leader() && settings_.log_every > 0 && r.step % settings_.log_every == 0 &&
+        !options_.quiet)
       std::fprintf(stderr, "masque train: epoch %lld step %lld/%lld loss %s lr %.3g %.0f tok/s\n",
                    static_cast<long long>(r.epoch), static_cast<long long>(r.step),
                    static_cast<long long>(total_), number(r.loss).c_str(), r.lr, tokens_per_s);
@@ -395,27 +427,29 @@ int Session::run() {
   }
   progress.finish();
   const std::int64_t step = trainer_->steps_done();
-  if (const int sig = StopSignals::received()) {
+  if (const int sig = stop_signal) {
     save(step);
-    std::fprintf(stderr,
-                 "masque train: stopped by signal %d after step %lld; checkpoint %s (continue "
-                 "with --resume %s)\n",
-                 sig, static_cast<long long>(step), store_->path_of(step).c_str(),
-                 settings_.output.c_str());
+    if (leader())
+      std::fprintf(stderr,
+                   "masque train: stopped by signal %d after step %lld; checkpoint %s (continue "
+                   "with --resume %s)\n",
+                   sig, static_cast<long long>(step), store_->path_of(step).c_str(),
+                   settings_.output.c_str());
     return 128 + sig;
   }
   validate(step);
   save(step);
   const double seconds = seconds_before_ + seconds_since(start_);
-  std::fprintf(stderr, "masque train: %s %lld steps in %s (%.0f tok/s); last: %s%s\n",
-               out_of_time ? "time budget reached after" : "done:", static_cast<long long>(step),
-               Progress::format_duration(seconds).c_str(),
-               static_cast<double>(tokens_seen_) / std::max(seconds, 1e-9),
-               store_->path_of(step).c_str(),
-               best_step_ >= 0 ? ("; best: " + store_->path_of(best_step_).string() +
-                                  " (valid loss " + number(best_loss_) + ")")
-                                     .c_str()
-                               : "");
+  if (leader())
+    std::fprintf(stderr, "masque train: %s %lld steps in %s (%.0f tok/s); last: %s%s\n",
+                 out_of_time ? "time budget reached after" : "done:", static_cast<long long>(step),
+                 Progress::format_duration(seconds).c_str(),
+                 static_cast<double>(tokens_seen_) / std::max(seconds, 1e-9),
+                 store_->path_of(step).c_str(),
+                 best_step_ >= 0 ? ("; best: " + store_->path_of(best_step_).string() +
+                                    " (valid loss " + number(best_loss_) + ")")
+                                       .c_str()
+                                 : "");
   return 0;
 }
 

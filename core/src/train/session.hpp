@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "masque/dist.hpp"
 #include "pipeline.hpp"
 #include "registry.hpp"
 
@@ -14,6 +15,9 @@ struct SessionOptions {
   int threads = 1;               // micro-batch parts trained in parallel
   int cores = 0;                 // 0: the machine's
   bool quiet = false;            // no progress, no per-skip lines (the summaries stay)
+  // Data-parallel ranks (mpirun masque train): every rank trains its parts of each batch; rank 0
+  // alone writes checkpoints, metrics and progress. Null: one process.
+  dist::Communicator* communicator = nullptr;
 };
 
 // Runs the `task: train` pipeline; returns 0, or 128 + N when signal N stopped it (after a

@@ -98,21 +98,37 @@ std::vector<const Example*> Trainer::next_micro_batch(std::int64_t& epoch) {
 }
 
 StepResult Trainer::step() {
-  // Lay the step's micro-batches (and their parts) out first: the loss divides by all their
-  // predicted tokens.
+  // Lay this rank's parts of the step's micro-batches out first: the loss divides by all their
+  // predicted tokens (over every rank).
+  dist::Communicator* comm = options_.communicator;
+  const int ranks = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+  const auto own_begin = static_cast<std::size_t>(rank * options_.threads);
+  const auto own_end = own_begin + static_cast<std::size_t>(options_.threads);
   std::vector<std::vector<TrainingBatch>> micro;
   std::int64_t count = 0, epoch = 0, input_tokens = 0;
   for (std::int32_t a = 0; a < options_.accumulation; ++a) {
     const std::vector<const Example*> examples = next_micro_batch(epoch);
     for (const Example* e : examples) input_tokens += e->tokens();
     auto& parts = micro.emplace_back();
-    for (auto part : split(examples, options_.threads)) {
-      parts.push_back(objective_.lay_out(part, epoch));
+    const auto all = split(examples, options_.threads * ranks);
+    for (std::size_t i = own_begin; i < std::min(own_end, all.size()); ++i) {
+      parts.push_back(objective_.lay_out(all[i], epoch));
       count += static_cast<std::int64_t>(parts.back().labels.size());
     }
   }
+  if (ranks > 1) {
+    std::uint64_t total = static_cast<std::uint64_t>(count);
+    comm->all_reduce_sum(std::span<std::uint64_t>(&total, 1));
+    count = static_cast<std::int64_t>(total);
+  }
   if (count == 0) throw RuntimeError("training: a step with no token to predict");
-  const double loss_sum = run_parts(micro, count);
+  double loss_sum = run_parts(micro, count);
+  if (ranks > 1) {
+    comm->all_reduce_sum(std::span<double>(&loss_sum, 1));
+    for (auto& e : params_.entries())
+      comm->all_reduce_sum(
+          std::span<float>(e.grad.f32(), static_cast<std::size_t>(e.grad.numel())));
+  }
   std::vector<std::span<float>> grads;
   std::vector<Parameter> update;
   for (auto& e : params_.entries()) {

@@ -18,6 +18,7 @@
 #include <boost/config.hpp>
 #include <nlohmann/json.hpp>
 
+#include "masque/dist.hpp"
 #include "masque/train/dataset.hpp"
 #include "masque/train/loss.hpp"
 #include "masque/train/network.hpp"
@@ -42,6 +43,10 @@ struct TrainerOptions {
   // part order, so a run is reproducible for a given seed and thread count.
   int threads = 1;
   int intra_threads = 1;  // oneDNN/OpenMP threads of each part's worker (threads > 1)
+  // Data-parallel ranks (mpirun): each micro-batch is cut into ranks x threads parts, this rank
+  // trains its `threads` of them, and the gradients, token counts and losses are summed over
+  // the ranks in rank order, so every rank applies the same update. Null: one process.
+  dist::Communicator* communicator = nullptr;
 };
 
 struct StepResult {
