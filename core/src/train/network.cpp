@@ -709,8 +709,9 @@ struct TrainableTransformer::Impl {
   THead head;
 };
 
-TrainableTransformer::TrainableTransformer(TransformerSpec spec, ParameterSet& params)
-    : spec_(std::move(spec)), impl_(std::make_unique<Impl>(spec_, params)) {}
+TrainableTransformer::TrainableTransformer(TransformerSpec spec, ParameterSet& params,
+                                           NetworkOptions options)
+    : spec_(std::move(spec)), options_(options), impl_(std::make_unique<Impl>(spec_, params)) {}
 
 TrainableTransformer::~TrainableTransformer() = default;
 
