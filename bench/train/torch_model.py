@@ -7,17 +7,20 @@ would write it: nn.Linear / nn.LayerNorm / nn.Embedding, Hugging Face's eager at
 
   torch_model.py --model bert-base|gpt2-small|g2p [--threads N] [--steps S] [--warmup W]
                  [--dtype f32|bf16]
+  torch_model.py --compare MASQUE_TSV TORCH_TSV [--peak PEAK_TSV]     the tables of README.md
 
 --dtype bf16 runs the forward under torch.autocast("cpu", dtype=torch.bfloat16) (the usual way to
 train in bf16 on a CPU in PyTorch): f32 master weights, bf16 matmuls.
 
 Prints the same tab-separated line as bench_train_model: model, dtype, threads, median seconds
-per step, real input tokens per step, predicted tokens per step, model GFLOP per step, peak RSS
+per step (wall), median process CPU seconds per step, real input tokens per step, predicted tokens per step, model GFLOP per step, peak RSS
 in KiB (ru_maxrss), first and last step's loss.
 """
 import argparse
 import math
 import resource
+import statistics
+import sys
 import time
 
 import torch
@@ -153,7 +156,62 @@ def step_flops(cfg, batch):
     return 3.0 * (layers * per_layer + head)
 
 
+def read_tsv(path):
+    """(model, dtype, threads) -> list of rows (wall, cpu, real, predicted, gflop, rss_kib)."""
+    rows = {}
+    with open(path) as f:
+        for line in f:
+            p = line.rstrip("\n").split("\t")
+            if len(p) < 9:
+                continue
+            rows.setdefault((p[0], p[1], int(p[2])), []).append([float(x) for x in p[3:9]])
+    return rows
+
+
+def read_peak(path):
+    """threads -> f32 FMA peak GFLOP/s, from bench_numerics --filter peak lines."""
+    peak = {}
+    if not path:
+        return peak
+    with open(path) as f:
+        for line in f:
+            p = line.rstrip("\n").split("\t")
+            if len(p) >= 5 and p[0] == "peak":
+                peak.setdefault(int(p[2]), []).append(float(p[4]))
+    return {t: statistics.median(v) for t, v in peak.items()}
+
+
+def compare(masque_tsv, torch_tsv, peak_tsv):
+    ours, theirs, peak = read_tsv(masque_tsv), read_tsv(torch_tsv), read_peak(peak_tsv)
+    med = lambda rows, i: statistics.median(r[i] for r in rows)
+    print("| model | dtype | thr | masque tok/s | PyTorch tok/s | speed-up (wall) | "
+          "speed-up (CPU time) | masque % peak | PyTorch % peak | masque peak RSS MiB | "
+          "PyTorch peak RSS MiB |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for key in sorted(set(ours) | set(theirs), key=lambda k: (list(CONFIGS).index(k[0]), k[1], k[2])):
+        m, t = ours.get(key), theirs.get(key)
+        cells = []
+        for rows in (m, t):
+            cells.append(f"{med(rows, 2) / med(rows, 0):,.0f}" if rows else "-")
+        ratio = f"{med(t, 0) / med(m, 0):.2f}x" if m and t else "-"
+        cpu_ratio = f"{med(t, 1) / med(m, 1):.2f}x" if m and t else "-"
+        pk = peak.get(key[2])
+        frac = [f"{100 * med(r, 4) / med(r, 0) / pk:.0f}%" if r and pk else "-" for r in (m, t)]
+        rss = [f"{med(r, 5) / 1024:,.0f}" if r else "-" for r in (m, t)]
+        print(f"| {key[0]} | {key[1]} | {key[2]} | {cells[0]} | {cells[1]} | {ratio} | {cpu_ratio} | "
+              f"{frac[0]} | {frac[1]} | {rss[0]} | {rss[1]} |")
+    for t, g in sorted(peak.items()):
+        print(f"\nFMA peak measured in this run, {t} thread(s): {g:.1f} GFLOP/s", end="")
+    print()
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--compare":
+        ap = argparse.ArgumentParser()
+        ap.add_argument("--compare", nargs=2, metavar=("MASQUE_TSV", "TORCH_TSV"))
+        ap.add_argument("--peak")
+        a = ap.parse_args()
+        return compare(a.compare[0], a.compare[1], a.peak)
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="g2p", choices=sorted(CONFIGS))
     ap.add_argument("--threads", type=int, default=1)
@@ -170,10 +228,10 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
                              {"params": other, "weight_decay": 0.0}], lr=1e-4)
     data = [make_batch(cfg, i) for i in range(4)]
-    times, first, last = [], None, None
+    times, cpu, first, last = [], [], None, None
     for step in range(a.warmup + a.steps):
         ids, positions, types, mask, rows, labels, _ = data[step % len(data)]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
             logits = model(ids, positions, types, mask, rows)
@@ -181,17 +239,20 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         first = loss.item() if first is None else first
         last = loss.item()
         if step >= a.warmup:
             times.append(t1 - t0)
+            cpu.append(c1 - c0)
     times.sort()
+    cpu.sort()
     real = sum(b[6] for b in data) / len(data)
     predicted = sum(len(b[5]) for b in data) / len(data)
     flops = sum(step_flops(cfg, b) for b in data) / len(data)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(f"{a.model}\t{a.dtype}\t{a.threads}\t{times[len(times) // 2]:.6f}\t{real:.1f}\t"
+    print(f"{a.model}\t{a.dtype}\t{a.threads}\t{times[len(times) // 2]:.6f}\t"
+          f"{cpu[len(cpu) // 2]:.6f}\t{real:.1f}\t"
           f"{predicted:.1f}\t{flops / 1e9:.3f}\t{rss}\t{first:.6f}\t{last:.6f}")
 
 

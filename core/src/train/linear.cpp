@@ -17,6 +17,7 @@
 #include "masque/threading.hpp"
 #include "numerics/dnnl_context.hpp"
 #include "numerics/simd.hpp"
+#include "parallel_range.hpp"
 
 namespace masque::train {
 
@@ -77,12 +78,13 @@ std::shared_ptr<const Product> product(const Key& key) {
 
 // db[n] += sum over rows of dy[r, n]; rows are added in order, in double, so db does not depend
 // on the thread count and keeps its digits over thousands of rows.
-MASQUE_VECTORIZE void add_column_sums(const float* __restrict dy, std::int64_t rows, std::int64_t n,
-                                      float* __restrict db) {
+MASQUE_VECTORIZE void add_column_sums_range(const float* __restrict dy, std::int64_t rows,
+                                            std::int64_t n, std::int64_t begin, std::int64_t end,
+                                            float* __restrict db) {
   constexpr std::int64_t kChunk = 256;
   double acc[kChunk];
-  for (std::int64_t c0 = 0; c0 < n; c0 += kChunk) {
-    const std::int64_t w = std::min(kChunk, n - c0);
+  for (std::int64_t c0 = begin; c0 < end; c0 += kChunk) {
+    const std::int64_t w = std::min(kChunk, end - c0);
     for (std::int64_t c = 0; c < w; ++c) acc[c] = 0.0;
     for (std::int64_t r = 0; r < rows; ++r) {
       const float* row = dy + r * n + c0;
@@ -90,6 +92,13 @@ MASQUE_VECTORIZE void add_column_sums(const float* __restrict dy, std::int64_t r
     }
     for (std::int64_t c = 0; c < w; ++c) db[c0 + c] += static_cast<float>(acc[c]);
   }
+}
+
+// Columns split over the intra-op threads; every column still sums its rows in order.
+void add_column_sums(const float* dy, std::int64_t rows, std::int64_t n, float* db) {
+  parallel_range(n, 2.0 * rows * n, [&](std::int64_t begin, std::int64_t end) {
+    add_column_sums_range(dy, rows, n, begin, end, db);
+  });
 }
 
 void require(bool ok, const std::string& what) {

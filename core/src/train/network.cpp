@@ -14,6 +14,7 @@
 #include "masque/train/linear.hpp"
 #include "masque/transformer/network.hpp"
 #include "numerics/simd.hpp"
+#include "parallel_range.hpp"
 
 namespace masque::train {
 
@@ -110,9 +111,15 @@ Entry* find(ParameterSet& params, const TensorSpec& t) {
 }
 
 // out = a + b, element by element (a residual branch meets its input; out may be a or b).
-MASQUE_VECTORIZE void add_into(const float* a, const float* b, std::int64_t n, float* out) {
+MASQUE_VECTORIZE void add_range(const float* a, const float* b, std::int64_t n, float* out) {
 #pragma omp simd
   for (std::int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void add_into(const float* a, const float* b, std::int64_t n, float* out) {
+  parallel_range(n, 2.0 * n, [&](std::int64_t begin, std::int64_t end) {
+    add_range(a + begin, b + begin, end - begin, out + begin);
+  });
 }
 
 void sum_of(const Tensor& a, const Tensor& b, Tensor& out) {
