@@ -8,7 +8,7 @@
 # Environment: MODELS (default "g2p bert-base gpt2-small"), THREADS (default "1 2"), DTYPES
 # (default "f32 bf16"), ROUNDS (default 3), STEPS (timed steps per process; default 10 for g2p,
 # 3 for the others), TORCH_BLAS (openblas, the default, or installed; see run.sh).
-# Raw TSVs go to BUILD_DIR/bench/train/model-*.tsv.
+# Raw TSVs go to BUILD_DIR/bench/train/TAG-*.tsv (TAG defaults to "model").
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
@@ -25,7 +25,7 @@ if [ "${TORCH_BLAS:-openblas}" = openblas ]; then
 fi
 out="$build/bench/train"
 mkdir -p "$out"
-rm -f "$out/model-masque.tsv" "$out/model-torch.tsv" "$out/model-peak.tsv"
+rm -f "$out/${TAG:-model}-masque.tsv" "$out/${TAG:-model}-torch.tsv" "$out/${TAG:-model}-peak.tsv"
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "machine: $(nproc) vCPU, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "PyTorch BLAS: ${TORCH_BLAS:-openblas}"
@@ -38,17 +38,19 @@ while [ "$round" -le "${ROUNDS:-3}" ]; do
     for threads in ${THREADS:-1 2}; do
       for dtype in ${DTYPES:-f32 bf16}; do
         OMP_NUM_THREADS=$threads "$bench" --model "$model" --threads "$threads" --dtype "$dtype" \
-          --steps "$steps" --warmup 1 >>"$out/model-masque.tsv"
+          --steps "$steps" --warmup 1 >>"$out/${TAG:-model}-masque.tsv" ||
+          echo "run_model.sh: masque $model $dtype $threads failed" >&2
         env $torch_env OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads "$python" "$script" \
           --model "$model" --threads "$threads" --dtype "$dtype" --steps "$steps" --warmup 1 \
-          >>"$out/model-torch.tsv"
+          >>"$out/${TAG:-model}-torch.tsv" ||
+          echo "run_model.sh: PyTorch $model $dtype $threads failed" >&2
       done
     done
   done
   for threads in ${THREADS:-1 2}; do
-    [ -x "$numerics" ] && OMP_NUM_THREADS=$threads "$numerics" --threads "$threads" --filter peak >>"$out/model-peak.tsv" || true
+    [ -x "$numerics" ] && OMP_NUM_THREADS=$threads "$numerics" --threads "$threads" --filter peak >>"$out/${TAG:-model}-peak.tsv" || true
   done
   round=$((round + 1))
 done
 echo "load after: $(uptime)"
-exec "$python" "$script" --compare "$out/model-masque.tsv" "$out/model-torch.tsv" --peak "$out/model-peak.tsv"
+exec "$python" "$script" --compare "$out/${TAG:-model}-masque.tsv" "$out/${TAG:-model}-torch.tsv" --peak "$out/${TAG:-model}-peak.tsv"

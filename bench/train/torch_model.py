@@ -34,16 +34,24 @@ CONFIGS = {
 }
 
 
+class LayerNorm(torch.nn.LayerNorm):
+    """nn.LayerNorm in f32 whatever its input: torch 1.13's CPU autocast leaves layer_norm out
+    of its lists and then refuses a bf16 input with f32 weights (a no-op in f32)."""
+
+    def forward(self, x):
+        return super().forward(x.float())
+
+
 class Block(torch.nn.Module):
     def __init__(self, h, heads, ffn, pre_norm, eps, act):
         super().__init__()
         self.heads, self.pre_norm, self.act = heads, pre_norm, act
         self.qkv = torch.nn.Linear(h, 3 * h)
         self.out = torch.nn.Linear(h, h)
-        self.norm1 = torch.nn.LayerNorm(h, eps=eps)
+        self.norm1 = LayerNorm(h, eps=eps)
         self.up = torch.nn.Linear(h, ffn)
         self.down = torch.nn.Linear(ffn, h)
-        self.norm2 = torch.nn.LayerNorm(h, eps=eps)
+        self.norm2 = LayerNorm(h, eps=eps)
 
     def attention(self, x, mask):
         b, t, h = x.shape
@@ -75,12 +83,12 @@ class Model(torch.nn.Module):
         self.positions = torch.nn.Embedding(max_positions, h)
         if not gpt2:
             self.types = torch.nn.Embedding(2, h)
-            self.embedding_norm = torch.nn.LayerNorm(h, eps=eps)
+            self.embedding_norm = LayerNorm(h, eps=eps)
             self.transform = torch.nn.Linear(h, h)
-            self.transform_norm = torch.nn.LayerNorm(h, eps=eps)
+            self.transform_norm = LayerNorm(h, eps=eps)
             self.head_bias = torch.nn.Parameter(torch.zeros(vocab))
         else:
-            self.final_norm = torch.nn.LayerNorm(h, eps=eps)
+            self.final_norm = LayerNorm(h, eps=eps)
         self.blocks = torch.nn.ModuleList(
             Block(h, heads, ffn, gpt2, eps, act) for _ in range(layers))
         for p in self.parameters():  # normal(0, 0.02) matrices and tables, zero biases, unit norms
