@@ -246,7 +246,12 @@ struct AttentionTape {
   Tensor q_pad, k_pad, v_pad, ctx_pad;  // padded copies for the kernel (when there are pads)
   Tensor ctx;                           // packed: the output projection's input
   std::vector<float> lse;
-  // Backward scratch, kept so that steps reuse their memory.
+};
+
+// Backward scratch of an attention sub-layer. Layers run their backward one after another, so
+// one set per stack serves them all: steps reuse its memory, and the peak holds it once, not
+// once per layer.
+struct AttentionScratch {
   Tensor dctx, dctx_pad, dq, dk, dv, dq_pad, dk_pad, dv_pad, part;
 };
 
@@ -275,11 +280,11 @@ class TAttention {
   }
   // dy -> dh (written).
   void self_backward(const Tensor& h, const AttentionLayout& layout, const Packing& pack,
-                     std::span<const std::int32_t> positions, AttentionTape& t, const Tensor& dy,
-                     Tensor& dh) const {
-    attend_backward(MaskView::self(layout), layout.length, layout.length, pack, pack, t, dy);
-    rotate_back(t, positions, h.dim(0));
-    project_backward(h, h, t, dh, nullptr);
+                     std::span<const std::int32_t> positions, const AttentionTape& t,
+                     AttentionScratch& s, const Tensor& dy, Tensor& dh) const {
+    attend_backward(MaskView::self(layout), layout.length, layout.length, pack, pack, t, s, dy);
+    rotate_back(s, positions, h.dim(0));
+    project_backward(h, h, s, dh, nullptr);
   }
 
   // Cross-attention of h (packed rows of `pack`, q_len per row) to `memory` (packed rows of
@@ -294,10 +299,11 @@ class TAttention {
   // dy -> dh (written) and dmemory (added to).
   void cross_backward(const Tensor& h, std::int32_t q_len, const Packing& pack,
                       const Tensor& memory, const AttentionLayout& source,
-                      const Packing& source_pack, AttentionTape& t, const Tensor& dy, Tensor& dh,
-                      Tensor& dmemory) const {
-    attend_backward(MaskView::cross(source, q_len), q_len, source.length, pack, source_pack, t, dy);
-    project_backward(h, memory, t, dh, &dmemory);
+                      const Packing& source_pack, const AttentionTape& t, AttentionScratch& s,
+                      const Tensor& dy, Tensor& dh, Tensor& dmemory) const {
+    attend_backward(MaskView::cross(source, q_len), q_len, source.length, pack, source_pack, t, s,
+                    dy);
+    project_backward(h, memory, s, dh, &dmemory);
   }
 
  private:
@@ -323,7 +329,7 @@ class TAttention {
     rotary_->apply(t.k.f32(), rows, t.k.dim(-1), dims_.kv_heads, positions);
   }
 
-  void rotate_back(AttentionTape& t, std::span<const std::int32_t> positions,
+  void rotate_back(AttentionScratch& t, std::span<const std::int32_t> positions,
                    std::int64_t rows) const {
     if (!rotary_) return;
     if (fused()) {
@@ -357,39 +363,39 @@ class TAttention {
 
   // dy -> d(ctx) -> t.dq, t.dk, t.dv (packed; fused: all three in dq's columns).
   void attend_backward(const MaskView& mask, std::int32_t q_len, std::int32_t k_len,
-                       const Packing& qp, const Packing& kp, AttentionTape& t,
-                       const Tensor& dy) const {
-    out_.backward(t.ctx, dy, &t.dctx);
+                       const Packing& qp, const Packing& kp, const AttentionTape& t,
+                       AttentionScratch& s, const Tensor& dy) const {
+    out_.backward(t.ctx, dy, &s.dctx);
     // The kernel reads the padded forms the forward left (q_pad, ctx_pad) or the packed ones.
     const Tensor& q = qp.identity() ? t.q : t.q_pad;
     const Tensor& ctx = qp.identity() ? t.ctx : t.ctx_pad;
-    const Tensor& dctx = padded_view(t.dctx, qp, t.dctx_pad);
+    const Tensor& dctx = padded_view(s.dctx, qp, s.dctx_pad);
     if (fused()) {
-      Tensor& dq = padded_target(t.dq, qp, t.dq_pad, t.q.dim(-1));
+      Tensor& dq = padded_target(s.dq, qp, s.dq_pad, t.q.dim(-1));
       attention_backward(dims_, mask, seq_view(q, q_len, 0), seq_view(q, q_len, dims_q()),
                          seq_view(q, q_len, dims_q() + dims_kv()), seq_view(ctx, q_len),
                          seq_view(dctx, q_len), t.lse.data(), mutable_seq_view(dq, q_len, 0),
                          mutable_seq_view(dq, q_len, dims_q()),
                          mutable_seq_view(dq, q_len, dims_q() + dims_kv()));
-      gather_packed(dq, qp, t.dq);
+      gather_packed(dq, qp, s.dq);
       return;
     }
     const Tensor& k = kp.identity() ? t.k : t.k_pad;
     const Tensor& v = kp.identity() ? t.v : t.v_pad;
-    Tensor& dq = padded_target(t.dq, qp, t.dq_pad, dims_q());
-    Tensor& dk = padded_target(t.dk, kp, t.dk_pad, dims_kv());
-    Tensor& dv = padded_target(t.dv, kp, t.dv_pad, dims_kv());
+    Tensor& dq = padded_target(s.dq, qp, s.dq_pad, dims_q());
+    Tensor& dk = padded_target(s.dk, kp, s.dk_pad, dims_kv());
+    Tensor& dv = padded_target(s.dv, kp, s.dv_pad, dims_kv());
     attention_backward(dims_, mask, seq_view(q, q_len), seq_view(k, k_len), seq_view(v, k_len),
                        seq_view(ctx, q_len), seq_view(dctx, q_len), t.lse.data(),
                        mutable_seq_view(dq, q_len), mutable_seq_view(dk, k_len),
                        mutable_seq_view(dv, k_len));
-    gather_packed(dq, qp, t.dq);
-    gather_packed(dk, kp, t.dk);
-    gather_packed(dv, kp, t.dv);
+    gather_packed(dq, qp, s.dq);
+    gather_packed(dk, kp, s.dk);
+    gather_packed(dv, kp, s.dv);
   }
 
-  // t.dq, t.dk, t.dv -> dh (written) and, for cross-attention, d(memory) (added to).
-  void project_backward(const Tensor& h, const Tensor& kv_input, AttentionTape& t, Tensor& dh,
+  // s.dq, s.dk, s.dv -> dh (written) and, for cross-attention, d(memory) (added to).
+  void project_backward(const Tensor& h, const Tensor& kv_input, AttentionScratch& t, Tensor& dh,
                         Tensor* dmemory) const {
     projections_[0].backward(h, t.dq, &dh);
     if (fused()) return;
@@ -410,11 +416,14 @@ class TAttention {
 // ---- MLP ------------------------------------------------------------------------------------
 
 struct MlpTape {
-  Tensor pre;                            // plain: up(x); gated: gate(x)
-  Tensor up;                             // gated: up(x)
-  Tensor act;                            // act(pre)
-  Tensor mixed;                          // down's input: act (plain) or act * up (gated)
-  Tensor dmixed, dpre, dact, dup, part;  // backward scratch
+  Tensor pre;    // plain: up(x); gated: gate(x)
+  Tensor up;     // gated: up(x)
+  Tensor act;    // act(pre)
+  Tensor mixed;  // down's input: act (plain) or act * up (gated)
+};
+
+struct MlpScratch {  // backward, one set per stack (see AttentionScratch)
+  Tensor dmixed, dpre, dact, dup, part;
 };
 
 class TMlp {
@@ -439,22 +448,23 @@ class TMlp {
     out_.forward(t.mixed, y);
   }
 
-  void backward(const Tensor& x, MlpTape& t, const Tensor& dy, Tensor& dx) const {
+  void backward(const Tensor& x, const MlpTape& t, MlpScratch& s, const Tensor& dy,
+                Tensor& dx) const {
     if (kind_ == MlpKind::plain) {
-      out_.backward(t.act, dy, &t.dmixed);
-      activation_backward(activation_, t.pre, t.dmixed, t.dmixed);  // in place
-      in_[0].backward(x, t.dmixed, &dx);
+      out_.backward(t.act, dy, &s.dmixed);
+      activation_backward(activation_, t.pre, s.dmixed, s.dmixed);  // in place
+      in_[0].backward(x, s.dmixed, &dx);
       return;
     }
-    out_.backward(t.mixed, dy, &t.dmixed);
-    copy(t.dmixed, t.dact);
-    multiply(t.dact, t.up);  // d(act) = d(mixed) * up
-    copy(t.dmixed, t.dup);
-    multiply(t.dup, t.act);  // d(up) = d(mixed) * act
-    activation_backward(activation_, t.pre, t.dact, t.dpre);
-    in_[0].backward(x, t.dpre, &dx);
-    in_[1].backward(x, t.dup, &t.part);
-    accumulate(dx, t.part);
+    out_.backward(t.mixed, dy, &s.dmixed);
+    copy(s.dmixed, s.dact);
+    multiply(s.dact, t.up);  // d(act) = d(mixed) * up
+    copy(s.dmixed, s.dup);
+    multiply(s.dup, t.act);  // d(up) = d(mixed) * act
+    activation_backward(activation_, t.pre, s.dact, s.dpre);
+    in_[0].backward(x, s.dpre, &dx);
+    in_[1].backward(x, s.dup, &s.part);
+    accumulate(dx, s.part);
   }
 
  private:
@@ -474,39 +484,47 @@ class TMlp {
 
 // x_out = x + f(norm(x)) (pre-norm) or norm(x + f(x)) (post-norm).
 struct ResidualTape {
-  Tensor in;                 // x
-  Tensor h;                  // f's input: norm(x) (pre-norm); post-norm reads `in`
-  Tensor sum;                // post-norm: x + f(x)
-  Tensor y, d_input, dnorm;  // scratch: f's output; backward: d(f's input), d(norm's input)
+  Tensor in;   // x
+  Tensor h;    // f's input: norm(x) (pre-norm); post-norm reads `in`
+  Tensor sum;  // post-norm: x + f(x)
+};
+
+// The scratch of a stack's step, one set for all its layers (see AttentionScratch).
+struct Scratch {
+  Tensor y;               // a sub-layer's output, before it joins the residual
+  Tensor d_input, dnorm;  // backward: d(f's input), d(norm's input)
+  AttentionScratch attention;
+  MlpScratch mlp;
 };
 
 // x is swapped into the tape (no copy) and rebuilt in the buffer the tape held before.
 template <typename F>
-void residual_forward(bool pre, const TNorm& norm, Tensor& x, ResidualTape& t, F&& f) {
+void residual_forward(bool pre, const TNorm& norm, Tensor& x, ResidualTape& t, Scratch& s, F&& f) {
   std::swap(x, t.in);
   if (pre) {
     norm.forward(t.in, t.h);
-    f(t.h, t.y);
-    sum_of(t.in, t.y, x);
+    f(t.h, s.y);
+    sum_of(t.in, s.y, x);
     return;
   }
-  f(t.in, t.y);
-  sum_of(t.in, t.y, t.sum);
+  f(t.in, s.y);
+  sum_of(t.in, s.y, t.sum);
   norm.forward(t.sum, x);
 }
 
 // dx (in/out): d(x_out) in, d(x) out. `f_back(f_input, dy, d_input)` writes d_input.
 template <typename F>
-void residual_backward(bool pre, const TNorm& norm, Tensor& dx, ResidualTape& t, F&& f_back) {
+void residual_backward(bool pre, const TNorm& norm, Tensor& dx, const ResidualTape& t, Scratch& s,
+                       F&& f_back) {
   if (pre) {
-    f_back(t.h, dx, t.d_input);
-    norm.backward(t.in, t.d_input, t.dnorm);
-    accumulate(dx, t.dnorm);
+    f_back(t.h, dx, s.d_input);
+    norm.backward(t.in, s.d_input, s.dnorm);
+    accumulate(dx, s.dnorm);
     return;
   }
-  norm.backward(t.sum, dx, t.dnorm);  // d(sum)
-  f_back(t.in, t.dnorm, t.d_input);
-  sum_of(t.dnorm, t.d_input, dx);
+  norm.backward(t.sum, dx, s.dnorm);  // d(sum)
+  f_back(t.in, s.dnorm, s.d_input);
+  sum_of(s.dnorm, s.d_input, dx);
 }
 
 // ---- blocks and stacks ------------------------------------------------------------------------
@@ -540,35 +558,39 @@ class TBlock {
     const AttentionLayout* source = nullptr;  // its layout
     const Packing* source_pack = nullptr;
     Tensor* dmemory = nullptr;  // backward: d(memory) accumulates here
+    Scratch* scratch = nullptr;
   };
 
   void forward(Tensor& x, const Context& c, BlockTape& t) const {
-    residual_forward(pre_, attention_norm_, x, t.self_r, [&](const Tensor& h, Tensor& y) {
+    Scratch& s = *c.scratch;
+    residual_forward(pre_, attention_norm_, x, t.self_r, s, [&](const Tensor& h, Tensor& y) {
       self_.self_forward(h, *c.layout, *c.pack, c.positions, t.self_a, y);
     });
     if (has_cross_)
-      residual_forward(pre_, cross_norm_, x, t.cross_r, [&](const Tensor& h, Tensor& y) {
+      residual_forward(pre_, cross_norm_, x, t.cross_r, s, [&](const Tensor& h, Tensor& y) {
         cross_.cross_forward(h, c.layout->length, *c.pack, *c.memory, *c.source, *c.source_pack,
                              t.cross_a, y);
       });
-    residual_forward(pre_, mlp_norm_, x, t.mlp_r,
+    residual_forward(pre_, mlp_norm_, x, t.mlp_r, s,
                      [&](const Tensor& h, Tensor& y) { mlp_.forward(h, t.mlp, y); });
   }
 
   void backward(Tensor& dx, const Context& c, BlockTape& t) const {
-    residual_backward(
-        pre_, mlp_norm_, dx, t.mlp_r,
-        [&](const Tensor& h, const Tensor& dy, Tensor& dh) { mlp_.backward(h, t.mlp, dy, dh); });
-    if (has_cross_)
-      residual_backward(pre_, cross_norm_, dx, t.cross_r,
-                        [&](const Tensor& h, const Tensor& dy, Tensor& dh) {
-                          cross_.cross_backward(h, c.layout->length, *c.pack, *c.memory, *c.source,
-                                                *c.source_pack, t.cross_a, dy, dh, *c.dmemory);
-                        });
-    residual_backward(pre_, attention_norm_, dx, t.self_r,
+    Scratch& s = *c.scratch;
+    residual_backward(pre_, mlp_norm_, dx, t.mlp_r, s,
                       [&](const Tensor& h, const Tensor& dy, Tensor& dh) {
-                        self_.self_backward(h, *c.layout, *c.pack, c.positions, t.self_a, dy, dh);
+                        mlp_.backward(h, t.mlp, s.mlp, dy, dh);
                       });
+    if (has_cross_)
+      residual_backward(
+          pre_, cross_norm_, dx, t.cross_r, s, [&](const Tensor& h, const Tensor& dy, Tensor& dh) {
+            cross_.cross_backward(h, c.layout->length, *c.pack, *c.memory, *c.source,
+                                  *c.source_pack, t.cross_a, s.attention, dy, dh, *c.dmemory);
+          });
+    residual_backward(
+        pre_, attention_norm_, dx, t.self_r, s, [&](const Tensor& h, const Tensor& dy, Tensor& dh) {
+          self_.self_backward(h, *c.layout, *c.pack, c.positions, t.self_a, s.attention, dy, dh);
+        });
   }
 
  private:
@@ -587,6 +609,7 @@ struct StackTape {
   Tensor last;    // after the last block, before the final norm
   Tensor output;  // the stack's output (after the final norm), packed rows
   Tensor dx, de;  // backward scratch
+  Scratch scratch;
 };
 
 class TStack {
@@ -623,7 +646,7 @@ class TStack {
     t.blocks.resize(blocks_.size());
     copy(t.output, t.x);
     const TBlock::Context c{&batch.attention, &t.pack,     t.positions, memory,
-                            source,           source_pack, nullptr};
+                            source,           source_pack, nullptr,     &t.scratch};
     for (std::size_t l = 0; l < blocks_.size(); ++l) blocks_[l].forward(t.x, c, t.blocks[l]);
     if (final_norm_.present()) {
       std::swap(t.x, t.last);
@@ -642,7 +665,7 @@ class TStack {
     else
       copy(doutput, t.dx);
     const TBlock::Context c{&batch.attention, &t.pack,     t.positions, memory,
-                            source,           source_pack, dmemory};
+                            source,           source_pack, dmemory,     &t.scratch};
     for (std::size_t l = blocks_.size(); l-- > 0;) blocks_[l].backward(t.dx, c, t.blocks[l]);
     embed_backward(t, t.dx);
   }
