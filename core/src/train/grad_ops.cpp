@@ -10,6 +10,7 @@
 #include "masque/error.hpp"
 #include "numerics/simd.hpp"
 #include "numerics/tensor_checks.hpp"
+#include "parallel_range.hpp"
 
 namespace masque::train {
 
@@ -84,6 +85,29 @@ MASQUE_VECTORIZE void rms_norm_row_backward(const float* __restrict x, const flo
 void add_to(Tensor& t, const std::vector<double>& acc) {
   float* p = t.f32();
   for (std::size_t i = 0; i < acc.size(); ++i) p[i] += static_cast<float>(acc[i]);
+}
+
+// Norm backward rows in blocks of kNormBlock: each block sums its rows' weight (and bias)
+// gradients in double, in row order; the blocks' sums are then added in block order. Blocks
+// run on the intra-op threads, and the result does not depend on how many there are.
+constexpr std::int64_t kNormBlock = 64;
+
+template <typename Row>
+void norm_rows(std::int64_t rows, std::int64_t n, bool with_bias, std::vector<double>& dw,
+               std::vector<double>& db, Row row) {
+  const std::int64_t blocks = (rows + kNormBlock - 1) / kNormBlock;
+  std::vector<double> pw(static_cast<std::size_t>(blocks * n), 0.0);
+  std::vector<double> pb(with_bias ? static_cast<std::size_t>(blocks * n) : 0, 0.0);
+  parallel_range(blocks, 12.0 * rows * n, [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t b = b0; b < b1; ++b)
+      for (std::int64_t r = b * kNormBlock; r < std::min(rows, (b + 1) * kNormBlock); ++r)
+        row(r, pw.data() + b * n, with_bias ? pb.data() + b * n : nullptr);
+  });
+  for (std::int64_t b = 0; b < blocks; ++b)
+    for (std::int64_t i = 0; i < n; ++i) {
+      dw[i] += pw[b * n + i];
+      if (with_bias) db[i] += pb[b * n + i];
+    }
 }
 
 // ---- activations ---------------------------------------------------------------------------
@@ -207,9 +231,10 @@ void layer_norm_backward(const Tensor& x, const Tensor& weight, float eps, const
   numerics::shape_like(dx, x);
   const std::int64_t rows = numerics::rows(x, n);
   std::vector<double> dw(n, 0.0), db(dbias ? n : 0, 0.0);
-  for (std::int64_t r = 0; r < rows; ++r)
+  norm_rows(rows, n, dbias != nullptr, dw, db, [&](std::int64_t r, double* pw, double* pb) {
     layer_norm_row_backward(x.f32() + r * n, weight.f32(), dy.f32() + r * n, eps, n,
-                            dx.f32() + r * n, dw.data(), dbias ? db.data() : nullptr);
+                            dx.f32() + r * n, pw, pb);
+  });
   add_to(dweight, dw);
   if (dbias) add_to(*dbias, db);
 }
@@ -223,10 +248,11 @@ void rms_norm_backward(const Tensor& x, const Tensor& weight, float eps, const T
   require(&dx != &x && &dx != &dy, "rms_norm_backward", "dx must not alias x or dy");
   numerics::shape_like(dx, x);
   const std::int64_t rows = numerics::rows(x, n);
-  std::vector<double> dw(n, 0.0);
-  for (std::int64_t r = 0; r < rows; ++r)
+  std::vector<double> dw(n, 0.0), unused;
+  norm_rows(rows, n, false, dw, unused, [&](std::int64_t r, double* pw, double*) {
     rms_norm_row_backward(x.f32() + r * n, weight.f32(), dy.f32() + r * n, eps, n, dx.f32() + r * n,
-                          dw.data());
+                          pw);
+  });
   add_to(dweight, dw);
 }
 
@@ -234,21 +260,26 @@ void activation_backward(Activation activation, const Tensor& x, const Tensor& d
   require_like(dy, x, "activation_backward", "dy");
   require(&dx != &x, "activation_backward", "dx must not alias x");
   if (&dx != &dy) numerics::shape_like(dx, x);
-  const std::int64_t n = x.numel();
-  const float* px = x.f32();
-  switch (activation) {
-    case Activation::relu:
-      return slope_times<Activation::relu>(px, dy.f32(), n, dx.f32());
-    case Activation::gelu:
-      return slope_times<Activation::gelu>(px, dy.f32(), n, dx.f32());
-    case Activation::gelu_tanh:
-      return slope_times<Activation::gelu_tanh>(px, dy.f32(), n, dx.f32());
-    case Activation::silu:
-      return slope_times<Activation::silu>(px, dy.f32(), n, dx.f32());
-    case Activation::none:
-      if (&dx != &dy) std::memcpy(dx.f32(), dy.f32(), dy.bytes());
-      return;
+  const float *px = x.f32(), *pdy = dy.f32();
+  float* pdx = dx.f32();
+  if (activation == Activation::none) {
+    if (&dx != &dy) std::memcpy(pdx, pdy, dy.bytes());
+    return;
   }
+  parallel_range(x.numel(), 30.0 * x.numel(), [&](std::int64_t b, std::int64_t e) {
+    switch (activation) {
+      case Activation::relu:
+        return slope_times<Activation::relu>(px + b, pdy + b, e - b, pdx + b);
+      case Activation::gelu:
+        return slope_times<Activation::gelu>(px + b, pdy + b, e - b, pdx + b);
+      case Activation::gelu_tanh:
+        return slope_times<Activation::gelu_tanh>(px + b, pdy + b, e - b, pdx + b);
+      case Activation::silu:
+        return slope_times<Activation::silu>(px + b, pdy + b, e - b, pdx + b);
+      case Activation::none:
+        return;
+    }
+  });
 }
 
 void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,

@@ -2,6 +2,8 @@
 #include "masque/train/linear.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,6 +17,7 @@
 #include "masque/threading.hpp"
 #include "numerics/dnnl_context.hpp"
 #include "numerics/simd.hpp"
+#include "parallel_range.hpp"
 
 namespace masque::train {
 
@@ -32,15 +35,16 @@ struct Product {
   std::size_t scratchpad_bytes = 0;
 };
 
-// m, n, k, transpose_a, transpose_b, accumulate, bias, threads
-using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool, bool, bool, int>;
+// m, n, k, transpose_a, transpose_b, accumulate, bias, threads, bf16 operands
+using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool, bool, bool, int, bool>;
 
 std::shared_ptr<const Product> create(const Key& key) {
-  const auto [m, n, k, ta, tb, accumulate, bias, threads] = key;
+  const auto [m, n, k, ta, tb, accumulate, bias, threads, bf16] = key;
   (void)threads;
+  const dt operand = bf16 ? dt::bf16 : dt::f32;
   auto p = std::make_shared<Product>();
-  p->a_md = dnnl::memory::desc({m, k}, dt::f32, ta ? dims{1, m} : dims{k, 1});
-  p->b_md = dnnl::memory::desc({k, n}, dt::f32, tb ? dims{1, k} : dims{n, 1});
+  p->a_md = dnnl::memory::desc({m, k}, operand, ta ? dims{1, m} : dims{k, 1});
+  p->b_md = dnnl::memory::desc({k, n}, operand, tb ? dims{1, k} : dims{n, 1});
   p->c_md = dnnl::memory::desc({m, n}, dt::f32, dims{n, 1});
   if (bias) p->bias_md = dnnl::memory::desc({1, n}, dt::f32, dims{n, 1});
   dnnl::primitive_attr attr;
@@ -74,12 +78,13 @@ std::shared_ptr<const Product> product(const Key& key) {
 
 // db[n] += sum over rows of dy[r, n]; rows are added in order, in double, so db does not depend
 // on the thread count and keeps its digits over thousands of rows.
-MASQUE_VECTORIZE void add_column_sums(const float* __restrict dy, std::int64_t rows, std::int64_t n,
-                                      float* __restrict db) {
+MASQUE_VECTORIZE void add_column_sums_range(const float* __restrict dy, std::int64_t rows,
+                                            std::int64_t n, std::int64_t begin, std::int64_t end,
+                                            float* __restrict db) {
   constexpr std::int64_t kChunk = 256;
   double acc[kChunk];
-  for (std::int64_t c0 = 0; c0 < n; c0 += kChunk) {
-    const std::int64_t w = std::min(kChunk, n - c0);
+  for (std::int64_t c0 = begin; c0 < end; c0 += kChunk) {
+    const std::int64_t w = std::min(kChunk, end - c0);
     for (std::int64_t c = 0; c < w; ++c) acc[c] = 0.0;
     for (std::int64_t r = 0; r < rows; ++r) {
       const float* row = dy + r * n + c0;
@@ -89,14 +94,41 @@ MASQUE_VECTORIZE void add_column_sums(const float* __restrict dy, std::int64_t r
   }
 }
 
+// Columns split over the intra-op threads; every column still sums its rows in order.
+void add_column_sums(const float* dy, std::int64_t rows, std::int64_t n, float* db) {
+  parallel_range(n, 2.0 * rows * n, [&](std::int64_t begin, std::int64_t end) {
+    add_column_sums_range(dy, rows, n, begin, end, db);
+  });
+}
+
 void require(bool ok, const std::string& what) {
   if (!ok) throw RuntimeError("train linear: " + what);
 }
 
-}  // namespace
+// Rounds to bfloat16, to nearest even as oneDNN's reorders do; a NaN stays a (quiet) NaN.
+MASQUE_VECTORIZE void round_to_bf16(const float* __restrict x, std::int64_t n,
+                                    std::uint16_t* __restrict out) {
+#pragma omp simd
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto u = std::bit_cast<std::uint32_t>(x[i]);
+    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    out[i] = static_cast<std::uint16_t>(x[i] != x[i] ? (u >> 16) | 0x40u : rounded);
+  }
+}
 
-void matmul(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, bool transpose_a,
-            const float* b, bool transpose_b, float* c, bool accumulate, const float* bias) {
+// The calling thread's bf16 copies of a product's operands (slot 0, 1, 2), kept between calls.
+const std::uint16_t* to_bf16(int slot, const float* x, std::int64_t n) {
+  thread_local std::vector<std::uint16_t> buffers[3];
+  std::vector<std::uint16_t>& buffer = buffers[slot];
+  if (buffer.size() < static_cast<std::size_t>(n)) buffer.resize(n);
+  round_to_bf16(x, n, buffer.data());
+  return buffer.data();
+}
+
+// C (f32) = or += op(A) op(B) [+ bias] with A and B f32, or bf16 when `bf16`.
+void product(std::int64_t m, std::int64_t n, std::int64_t k, const void* a, bool transpose_a,
+             const void* b, bool transpose_b, float* c, bool accumulate, const float* bias,
+             bool bf16) {
   require(m >= 0 && n >= 0 && k >= 0, "negative matmul dimensions");
   if (m == 0 || n == 0) return;
   if (k == 0) {  // an empty sum: C stays (accumulate) or becomes the bias / zeros
@@ -106,13 +138,14 @@ void matmul(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, bool
     return;
   }
   require(!(accumulate && bias), "a bias cannot be added onto an accumulated product");
-  const Key key{m, n, k, transpose_a, transpose_b, accumulate, bias != nullptr, thread_count()};
+  const Key key{m,   n, k, transpose_a, transpose_b, accumulate, bias != nullptr, thread_count(),
+                bf16};
   const std::shared_ptr<const Product> p = product(key);
   const dnnl::engine& engine = numerics::cpu_engine();
   dnnl::stream& stream = numerics::thread_stream();
   std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, dnnl::memory(p->a_md, engine, const_cast<float*>(a))},
-      {DNNL_ARG_WEIGHTS, dnnl::memory(p->b_md, engine, const_cast<float*>(b))},
+      {DNNL_ARG_SRC, dnnl::memory(p->a_md, engine, const_cast<void*>(a))},
+      {DNNL_ARG_WEIGHTS, dnnl::memory(p->b_md, engine, const_cast<void*>(b))},
       {DNNL_ARG_DST, dnnl::memory(p->c_md, engine, c)}};
   if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p->bias_md, engine, const_cast<float*>(bias)));
   if (p->scratchpad_bytes > 0) {
@@ -125,24 +158,62 @@ void matmul(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, bool
   stream.wait();
 }
 
+}  // namespace
+
+bool bf16_matmul_supported() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_bf16:
+    case dnnl::cpu_isa::avx512_core_amx:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void matmul(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, bool transpose_a,
+            const float* b, bool transpose_b, float* c, bool accumulate, const float* bias) {
+  product(m, n, k, a, transpose_a, b, transpose_b, c, accumulate, bias, false);
+}
+
+namespace {
+
+// A product's operand in the layer's compute type: f32 as it is, bf16 rounded into `slot`.
+const void* operand(const LinearShape& s, int slot, const float* x, std::int64_t n) {
+  return s.compute == DType::bf16 ? static_cast<const void*>(to_bf16(slot, x, n)) : x;
+}
+
+void require_compute(const LinearShape& s) {
+  require(s.in > 0 && s.out > 0, "empty layer");
+  require(s.compute == DType::f32 || s.compute == DType::bf16,
+          std::string("products compute in f32 or bf16, not ") + to_string(s.compute));
+}
+
+}  // namespace
+
 void linear_forward(const LinearShape& s, const float* x, std::int64_t rows, const float* w,
                     const float* bias, float* y) {
-  require(s.in > 0 && s.out > 0, "empty layer");
+  require_compute(s);
+  const bool bf16 = s.compute == DType::bf16;
   // out_in: W is [out, in], so x W^T reads it transposed; in_out: W is [in, out] as it is.
-  matmul(rows, s.out, s.in, x, false, w, s.layout == WeightLayout::out_in, y, false, bias);
+  product(rows, s.out, s.in, operand(s, 0, x, rows * s.in), false, operand(s, 1, w, s.in * s.out),
+          s.layout == WeightLayout::out_in, y, false, bias, bf16);
 }
 
 void linear_backward(const LinearShape& s, const float* x, const float* dy, std::int64_t rows,
                      const float* w, float* dx, float* dw, float* db) {
-  require(s.in > 0 && s.out > 0, "empty layer");
-  const bool out_in = s.layout == WeightLayout::out_in;
+  require_compute(s);
+  const bool bf16 = s.compute == DType::bf16, out_in = s.layout == WeightLayout::out_in;
+  const void* dy_op = operand(s, 0, dy, rows * s.out);  // rounded once for both products
   // dx [rows, in] = dy [rows, out] W', where W' = W [out, in] as stored (out_in) or W^T.
-  if (dx) matmul(rows, s.in, s.out, dy, false, w, !out_in, dx, false);
+  if (dx)
+    product(rows, s.in, s.out, dy_op, false, operand(s, 1, w, s.in * s.out), !out_in, dx, false,
+            nullptr, bf16);
   if (dw) {
+    const void* x_op = operand(s, 2, x, rows * s.in);
     if (out_in)  // dW [out, in] += dy^T x
-      matmul(s.out, s.in, rows, dy, true, x, false, dw, true);
+      product(s.out, s.in, rows, dy_op, true, x_op, false, dw, true, nullptr, bf16);
     else  // dW [in, out] += x^T dy
-      matmul(s.in, s.out, rows, x, true, dy, false, dw, true);
+      product(s.in, s.out, rows, x_op, true, dy_op, false, dw, true, nullptr, bf16);
   }
   if (db) add_column_sums(dy, rows, s.out, db);
 }

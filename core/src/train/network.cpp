@@ -13,6 +13,8 @@
 #include "masque/train/grad_ops.hpp"
 #include "masque/train/linear.hpp"
 #include "masque/transformer/network.hpp"
+#include "numerics/simd.hpp"
+#include "parallel_range.hpp"
 
 namespace masque::train {
 
@@ -108,14 +110,88 @@ Entry* find(ParameterSet& params, const TensorSpec& t) {
   return t.present() ? &params.at(t.name) : nullptr;
 }
 
-// dst += src, element by element (residual branches and gradients that meet).
+// out = a + b, element by element (a residual branch meets its input; out may be a or b).
+MASQUE_VECTORIZE void add_range(const float* a, const float* b, std::int64_t n, float* out) {
+#pragma omp simd
+  for (std::int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void add_into(const float* a, const float* b, std::int64_t n, float* out) {
+  parallel_range(n, 2.0 * n, [&](std::int64_t begin, std::int64_t end) {
+    add_range(a + begin, b + begin, end - begin, out + begin);
+  });
+}
+
+void sum_of(const Tensor& a, const Tensor& b, Tensor& out) {
+  if (&out != &a && &out != &b) out.resize(a.shape());
+  add_into(a.f32(), b.f32(), a.numel(), out.f32());
+}
+
+// dst += src.
 void accumulate(Tensor& dst, const Tensor& src) {
-  add(dst, src);
+  add_into(dst.f32(), src.f32(), dst.numel(), dst.f32());
 }
 
 void copy(const Tensor& src, Tensor& dst) {
   dst.resize(src.shape());
   std::memcpy(dst.raw(), src.raw(), src.bytes());
+}
+
+// The tokens of a padded batch, packed: every layer but attention runs on the real tokens only
+// (a batch of short records padded to its longest wastes a quarter or more of the work on pads);
+// attention reads and writes the padded layout the mask describes, through scatter and gather.
+struct Packing {
+  std::vector<std::int32_t> rows;   // the flat padded index of each real token, in order
+  std::vector<std::int32_t> index;  // flat padded index -> packed row; -1 for pads
+  std::int64_t padded = 0;          // batch * length
+
+  void build(const AttentionLayout& layout) {
+    padded = std::int64_t{layout.batch} * layout.length;
+    rows.clear();
+    index.assign(static_cast<std::size_t>(padded), -1);
+    for (std::int64_t r = 0; r < padded; ++r)
+      if (layout.role[r] != TokenRole::pad) {
+        index[r] = static_cast<std::int32_t>(rows.size());
+        rows.push_back(static_cast<std::int32_t>(r));
+      }
+  }
+  bool identity() const { return static_cast<std::int64_t>(rows.size()) == padded; }
+  std::int64_t size() const { return static_cast<std::int64_t>(rows.size()); }
+};
+
+// The padded form of packed rows: `packed` itself when nothing is padded, else `buffer` with
+// the rows in place and zeros for pads (the kernel multiplies pads' values by 0, so they must
+// be finite).
+const Tensor& padded_view(const Tensor& packed, const Packing& p, Tensor& buffer) {
+  if (p.identity()) return packed;
+  const std::int64_t width = packed.dim(-1);
+  buffer.resize({p.padded, width});
+  const std::size_t row_bytes = sizeof(float) * width;
+  for (std::int64_t r = 0; r < p.padded; ++r) {
+    float* to = buffer.f32() + r * width;
+    if (p.index[r] < 0)
+      std::memset(to, 0, row_bytes);
+    else
+      std::memcpy(to, packed.f32() + std::int64_t{p.index[r]} * width, row_bytes);
+  }
+  return buffer;
+}
+
+// Where a kernel writes padded rows whose packed form is `packed`: `packed` itself when nothing
+// is padded, else `buffer`; gather_packed() then moves the real rows into `packed`.
+Tensor& padded_target(Tensor& packed, const Packing& p, Tensor& buffer, std::int64_t width) {
+  Tensor& target = p.identity() ? packed : buffer;
+  target.resize({p.padded, width});
+  return target;
+}
+
+void gather_packed(const Tensor& padded, const Packing& p, Tensor& packed) {
+  if (p.identity()) return;
+  const std::int64_t width = padded.dim(-1);
+  packed.resize({p.size(), width});
+  for (std::int64_t i = 0; i < p.size(); ++i)
+    std::memcpy(packed.f32() + i * width, padded.f32() + std::int64_t{p.rows[i]} * width,
+                sizeof(float) * width);
 }
 
 struct TLinear {
@@ -124,8 +200,8 @@ struct TLinear {
   Entry* b = nullptr;
 
   TLinear() = default;
-  TLinear(const LinearSpec& spec, ParameterSet& params)
-      : shape{spec.in_features(), spec.out_features(), spec.layout},
+  TLinear(const LinearSpec& spec, ParameterSet& params, DType compute)
+      : shape{spec.in_features(), spec.out_features(), spec.layout, compute},
         w(&params.at(spec.weight.name)),
         b(find(params, spec.bias)) {}
 
@@ -166,83 +242,76 @@ struct TNorm {
 // ---- attention ------------------------------------------------------------------------------
 
 struct AttentionTape {
-  Tensor q, k, v;  // after rotary; self-attention with one fused projection keeps q|k|v in q
-  Tensor ctx;
+  Tensor q, k, v;  // packed rows, after rotary; one fused projection keeps q|k|v in q
+  Tensor q_pad, k_pad, v_pad, ctx_pad;  // padded copies for the kernel (when there are pads)
+  Tensor ctx;                           // packed: the output projection's input
   std::vector<float> lse;
 };
 
-// Where q, k and v sit in the tape's buffers.
-struct QkvViews {
-  SeqView q, k, v;
+// Backward scratch of an attention sub-layer. Layers run their backward one after another, so
+// one set per stack serves them all: steps reuse its memory, and the peak holds it once, not
+// once per layer.
+struct AttentionScratch {
+  Tensor dctx, dctx_pad, dq, dk, dv, dq_pad, dk_pad, dv_pad, part;
 };
 
 class TAttention {
  public:
   TAttention() = default;
-  TAttention(const AttentionSpec& spec, ParameterSet& params, const Rotary* rotary)
-      : spec_(spec), rotary_(spec.rotary ? rotary : nullptr), out_(spec.output, params) {
+  TAttention(const AttentionSpec& spec, ParameterSet& params, const Rotary* rotary, DType compute)
+      : spec_(spec), rotary_(spec.rotary ? rotary : nullptr), out_(spec.output, params, compute) {
     if (spec.window > 0)
       throw ConfigError("training: sliding-window attention is not trainable yet");
     if (spec.relative_bias.kind != RelativeBiasKind::none)
       throw ConfigError("training: relative position biases (T5, ALiBi) are not trainable yet");
-    for (const LinearSpec& p : spec.projections) projections_.emplace_back(p, params);
+    for (const LinearSpec& p : spec.projections) projections_.emplace_back(p, params, compute);
     dims_ = {spec.heads, spec.kv_heads, spec.head_dim, spec.scale};
   }
 
   bool fused() const { return projections_.size() == 1; }
 
-  // Self-attention of h (rows of `length` tokens) under `layout`; y = output projection.
-  void self_forward(const Tensor& h, const AttentionLayout& layout,
+  // Self-attention of h (packed rows of `pack`) under `layout`; y = output projection.
+  void self_forward(const Tensor& h, const AttentionLayout& layout, const Packing& pack,
                     std::span<const std::int32_t> positions, AttentionTape& t, Tensor& y) const {
     project(h, h, t);
     rotate(t, positions, h.dim(0));
-    const QkvViews views = qkv(t, layout.length, layout.length);
-    attend(MaskView::self(layout), views, layout.length, h.dim(0), t);
+    attend(MaskView::self(layout), layout.length, layout.length, pack, pack, t);
     out_.forward(t.ctx, y);
   }
   // dy -> dh (written).
-  void self_backward(const Tensor& h, const AttentionLayout& layout,
-                     std::span<const std::int32_t> positions, AttentionTape& t, const Tensor& dy,
-                     Tensor& dh) const {
-    Tensor dq, dk, dv;
-    attend_backward(MaskView::self(layout), t, dy, layout.length, layout.length, dq, dk, dv);
-    rotate_back(dq, dk, t, positions, h.dim(0));
-    project_backward(h, h, dq, dk, dv, dh, nullptr);
+  void self_backward(const Tensor& h, const AttentionLayout& layout, const Packing& pack,
+                     std::span<const std::int32_t> positions, const AttentionTape& t,
+                     AttentionScratch& s, const Tensor& dy, Tensor& dh) const {
+    attend_backward(MaskView::self(layout), layout.length, layout.length, pack, pack, t, s, dy);
+    rotate_back(s, positions, h.dim(0));
+    project_backward(h, h, s, dh, nullptr);
   }
 
-  // Cross-attention of h (rows of q_len tokens) to `memory` (rows of source.length tokens).
-  void cross_forward(const Tensor& h, std::int32_t q_len, const Tensor& memory,
-                     const AttentionLayout& source, AttentionTape& t, Tensor& y) const {
+  // Cross-attention of h (packed rows of `pack`, q_len per row) to `memory` (packed rows of
+  // `source_pack`, source.length per row).
+  void cross_forward(const Tensor& h, std::int32_t q_len, const Packing& pack, const Tensor& memory,
+                     const AttentionLayout& source, const Packing& source_pack, AttentionTape& t,
+                     Tensor& y) const {
     project(h, memory, t);
-    const QkvViews views = qkv(t, q_len, source.length);
-    attend(MaskView::cross(source, q_len), views, q_len, h.dim(0), t);
+    attend(MaskView::cross(source, q_len), q_len, source.length, pack, source_pack, t);
     out_.forward(t.ctx, y);
   }
   // dy -> dh (written) and dmemory (added to).
-  void cross_backward(const Tensor& h, std::int32_t q_len, const Tensor& memory,
-                      const AttentionLayout& source, AttentionTape& t, const Tensor& dy, Tensor& dh,
-                      Tensor& dmemory) const {
-    Tensor dq, dk, dv;
-    attend_backward(MaskView::cross(source, q_len), t, dy, q_len, source.length, dq, dk, dv);
-    project_backward(h, memory, dq, dk, dv, dh, &dmemory);
+  void cross_backward(const Tensor& h, std::int32_t q_len, const Packing& pack,
+                      const Tensor& memory, const AttentionLayout& source,
+                      const Packing& source_pack, const AttentionTape& t, AttentionScratch& s,
+                      const Tensor& dy, Tensor& dh, Tensor& dmemory) const {
+    attend_backward(MaskView::cross(source, q_len), q_len, source.length, pack, source_pack, t, s,
+                    dy);
+    project_backward(h, memory, s, dh, &dmemory);
   }
 
  private:
   void project(const Tensor& h, const Tensor& kv_input, AttentionTape& t) const {
-    if (fused()) {
-      projections_[0].forward(h, t.q);
-      return;
-    }
     projections_[0].forward(h, t.q);
+    if (fused()) return;
     projections_[1].forward(kv_input, t.k);
     projections_[2].forward(kv_input, t.v);
-  }
-
-  QkvViews qkv(const AttentionTape& t, std::int32_t q_len, std::int32_t k_len) const {
-    if (fused())
-      return {seq_view(t.q, q_len, 0), seq_view(t.q, q_len, dims_q()),
-              seq_view(t.q, q_len, dims_q() + dims_kv())};
-    return {seq_view(t.q, q_len), seq_view(t.k, k_len), seq_view(t.v, k_len)};
   }
 
   std::int64_t dims_q() const { return std::int64_t{dims_.heads} * dims_.head_dim; }
@@ -260,63 +329,81 @@ class TAttention {
     rotary_->apply(t.k.f32(), rows, t.k.dim(-1), dims_.kv_heads, positions);
   }
 
-  void rotate_back(Tensor& dq, Tensor& dk, const AttentionTape& t,
-                   std::span<const std::int32_t> positions, std::int64_t rows) const {
+  void rotate_back(AttentionScratch& t, std::span<const std::int32_t> positions,
+                   std::int64_t rows) const {
     if (!rotary_) return;
     if (fused()) {
-      const std::int64_t stride = t.q.dim(-1);
-      rotary_backward(*rotary_, dq.f32(), rows, stride, dims_.heads, positions);
-      rotary_backward(*rotary_, dq.f32() + dims_q(), rows, stride, dims_.kv_heads, positions);
+      const std::int64_t stride = t.dq.dim(-1);
+      rotary_backward(*rotary_, t.dq.f32(), rows, stride, dims_.heads, positions);
+      rotary_backward(*rotary_, t.dq.f32() + dims_q(), rows, stride, dims_.kv_heads, positions);
       return;
     }
-    rotary_backward(*rotary_, dq.f32(), rows, dq.dim(-1), dims_.heads, positions);
-    rotary_backward(*rotary_, dk.f32(), rows, dk.dim(-1), dims_.kv_heads, positions);
+    rotary_backward(*rotary_, t.dq.f32(), rows, t.dq.dim(-1), dims_.heads, positions);
+    rotary_backward(*rotary_, t.dk.f32(), rows, t.dk.dim(-1), dims_.kv_heads, positions);
   }
 
-  void attend(const MaskView& mask, const QkvViews& views, std::int32_t q_len, std::int64_t rows,
-              AttentionTape& t) const {
-    t.ctx.resize({rows, dims_q()});
+  // q (rows of `qp`), k and v (rows of `kp`) -> ctx (packed like q).
+  void attend(const MaskView& mask, std::int32_t q_len, std::int32_t k_len, const Packing& qp,
+              const Packing& kp, AttentionTape& t) const {
+    const Tensor& q = padded_view(t.q, qp, t.q_pad);
+    Tensor& ctx = padded_target(t.ctx, qp, t.ctx_pad, dims_q());
     t.lse.resize(static_cast<std::size_t>(mask.batch) * dims_.heads * q_len);
-    attention_forward(dims_, mask, views.q, views.k, views.v, mutable_seq_view(t.ctx, q_len),
-                      t.lse.data());
+    if (fused()) {
+      attention_forward(dims_, mask, seq_view(q, q_len, 0), seq_view(q, q_len, dims_q()),
+                        seq_view(q, q_len, dims_q() + dims_kv()), mutable_seq_view(ctx, q_len),
+                        t.lse.data());
+    } else {
+      const Tensor& k = padded_view(t.k, kp, t.k_pad);
+      const Tensor& v = padded_view(t.v, kp, t.v_pad);
+      attention_forward(dims_, mask, seq_view(q, q_len), seq_view(k, k_len), seq_view(v, k_len),
+                        mutable_seq_view(ctx, q_len), t.lse.data());
+    }
+    gather_packed(ctx, qp, t.ctx);
   }
 
-  // dy -> d(ctx) -> dq, dk, dv (fused: all three in dq's columns).
-  void attend_backward(const MaskView& mask, AttentionTape& t, const Tensor& dy, std::int32_t q_len,
-                       std::int32_t k_len, Tensor& dq, Tensor& dk, Tensor& dv) const {
-    Tensor dctx;
-    out_.backward(t.ctx, dy, &dctx);
-    const QkvViews views = qkv(t, q_len, k_len);
+  // dy -> d(ctx) -> t.dq, t.dk, t.dv (packed; fused: all three in dq's columns).
+  void attend_backward(const MaskView& mask, std::int32_t q_len, std::int32_t k_len,
+                       const Packing& qp, const Packing& kp, const AttentionTape& t,
+                       AttentionScratch& s, const Tensor& dy) const {
+    out_.backward(t.ctx, dy, &s.dctx);
+    // The kernel reads the padded forms the forward left (q_pad, ctx_pad) or the packed ones.
+    const Tensor& q = qp.identity() ? t.q : t.q_pad;
+    const Tensor& ctx = qp.identity() ? t.ctx : t.ctx_pad;
+    const Tensor& dctx = padded_view(s.dctx, qp, s.dctx_pad);
     if (fused()) {
-      dq.resize(t.q.shape());
-      attention_backward(dims_, mask, views.q, views.k, views.v, seq_view(t.ctx, q_len),
+      Tensor& dq = padded_target(s.dq, qp, s.dq_pad, t.q.dim(-1));
+      attention_backward(dims_, mask, seq_view(q, q_len, 0), seq_view(q, q_len, dims_q()),
+                         seq_view(q, q_len, dims_q() + dims_kv()), seq_view(ctx, q_len),
                          seq_view(dctx, q_len), t.lse.data(), mutable_seq_view(dq, q_len, 0),
                          mutable_seq_view(dq, q_len, dims_q()),
                          mutable_seq_view(dq, q_len, dims_q() + dims_kv()));
+      gather_packed(dq, qp, s.dq);
       return;
     }
-    dq.resize(t.q.shape());
-    dk.resize(t.k.shape());
-    dv.resize(t.v.shape());
-    attention_backward(dims_, mask, views.q, views.k, views.v, seq_view(t.ctx, q_len),
-                       seq_view(dctx, q_len), t.lse.data(), mutable_seq_view(dq, q_len),
-                       mutable_seq_view(dk, k_len), mutable_seq_view(dv, k_len));
+    const Tensor& k = kp.identity() ? t.k : t.k_pad;
+    const Tensor& v = kp.identity() ? t.v : t.v_pad;
+    Tensor& dq = padded_target(s.dq, qp, s.dq_pad, dims_q());
+    Tensor& dk = padded_target(s.dk, kp, s.dk_pad, dims_kv());
+    Tensor& dv = padded_target(s.dv, kp, s.dv_pad, dims_kv());
+    attention_backward(dims_, mask, seq_view(q, q_len), seq_view(k, k_len), seq_view(v, k_len),
+                       seq_view(ctx, q_len), seq_view(dctx, q_len), t.lse.data(),
+                       mutable_seq_view(dq, q_len), mutable_seq_view(dk, k_len),
+                       mutable_seq_view(dv, k_len));
+    gather_packed(dq, qp, s.dq);
+    gather_packed(dk, kp, s.dk);
+    gather_packed(dv, kp, s.dv);
   }
 
-  // dq, dk, dv -> dh (written) and, for cross-attention, d(memory) (added to).
-  void project_backward(const Tensor& h, const Tensor& kv_input, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv, Tensor& dh, Tensor* dmemory) const {
-    if (fused()) {
-      projections_[0].backward(h, dq, &dh);
-      return;
-    }
-    projections_[0].backward(h, dq, &dh);
-    Tensor part;
+  // s.dq, s.dk, s.dv -> dh (written) and, for cross-attention, d(memory) (added to).
+  void project_backward(const Tensor& h, const Tensor& kv_input, AttentionScratch& t, Tensor& dh,
+                        Tensor* dmemory) const {
+    projections_[0].backward(h, t.dq, &dh);
+    if (fused()) return;
     Tensor& kv_grad = dmemory ? *dmemory : dh;
-    projections_[1].backward(kv_input, dk, &part);
-    accumulate(kv_grad, part);
-    projections_[2].backward(kv_input, dv, &part);
-    accumulate(kv_grad, part);
+    projections_[1].backward(kv_input, t.dk, &t.part);
+    accumulate(kv_grad, t.part);
+    projections_[2].backward(kv_input, t.dv, &t.part);
+    accumulate(kv_grad, t.part);
   }
 
   AttentionSpec spec_;
@@ -328,57 +415,63 @@ class TAttention {
 
 // ---- MLP ------------------------------------------------------------------------------------
 
+// What an MLP keeps: its input projections. act(pre) (and act * up) is recomputed in the
+// backward rather than kept: one activation pass per layer instead of a [tokens, ffn] tensor per
+// layer at the peak (BERT-base, 16 x 128 tokens: 25 MB a layer).
 struct MlpTape {
-  Tensor pre;    // plain: up(x); gated: gate(x)
-  Tensor up;     // gated: up(x)
-  Tensor act;    // act(pre)
-  Tensor mixed;  // down's input: act (plain) or act * up (gated)
+  Tensor pre;  // plain: up(x); gated: gate(x)
+  Tensor up;   // gated: up(x)
+};
+
+struct MlpScratch {  // one set per stack (see AttentionScratch)
+  Tensor act;        // act(pre)
+  Tensor mixed;      // gated: act * up
+  Tensor dmixed, dpre, dact, dup, part;
 };
 
 class TMlp {
  public:
   TMlp() = default;
-  TMlp(const MlpSpec& spec, ParameterSet& params)
-      : kind_(spec.kind), activation_(spec.activation), out_(spec.out, params) {
-    for (const LinearSpec& l : spec.in) in_.emplace_back(l, params);
+  TMlp(const MlpSpec& spec, ParameterSet& params, DType compute)
+      : kind_(spec.kind), activation_(spec.activation), out_(spec.out, params, compute) {
+    for (const LinearSpec& l : spec.in) in_.emplace_back(l, params, compute);
   }
 
-  void forward(const Tensor& x, MlpTape& t, Tensor& y) const {
+  void forward(const Tensor& x, MlpTape& t, MlpScratch& s, Tensor& y) const {
     in_[0].forward(x, t.pre);
-    copy(t.pre, t.act);
-    activate(activation_, t.act);
-    if (kind_ == MlpKind::plain) {
-      out_.forward(t.act, y);
-      return;
-    }
-    in_[1].forward(x, t.up);
-    copy(t.act, t.mixed);
-    multiply(t.mixed, t.up);
-    out_.forward(t.mixed, y);
+    if (kind_ == MlpKind::gated) in_[1].forward(x, t.up);
+    out_.forward(down_input(t, s), y);
   }
 
-  void backward(const Tensor& x, MlpTape& t, const Tensor& dy, Tensor& dx) const {
-    Tensor dmixed, dpre;
+  void backward(const Tensor& x, const MlpTape& t, MlpScratch& s, const Tensor& dy,
+                Tensor& dx) const {
+    out_.backward(down_input(t, s), dy, &s.dmixed);
     if (kind_ == MlpKind::plain) {
-      out_.backward(t.act, dy, &dmixed);
-      activation_backward(activation_, t.pre, dmixed, dpre);
-      in_[0].backward(x, dpre, &dx);
+      activation_backward(activation_, t.pre, s.dmixed, s.dmixed);  // in place
+      in_[0].backward(x, s.dmixed, &dx);
       return;
     }
-    out_.backward(t.mixed, dy, &dmixed);
-    Tensor dact, dup;
-    copy(dmixed, dact);
-    multiply(dact, t.up);  // d(act) = d(mixed) * up
-    copy(dmixed, dup);
-    multiply(dup, t.act);  // d(up) = d(mixed) * act
-    activation_backward(activation_, t.pre, dact, dpre);
-    in_[0].backward(x, dpre, &dx);
-    Tensor part;
-    in_[1].backward(x, dup, &part);
-    accumulate(dx, part);
+    copy(s.dmixed, s.dact);
+    multiply(s.dact, t.up);  // d(act) = d(mixed) * up
+    copy(s.dmixed, s.dup);
+    multiply(s.dup, s.act);  // d(up) = d(mixed) * act
+    activation_backward(activation_, t.pre, s.dact, s.dpre);
+    in_[0].backward(x, s.dpre, &dx);
+    in_[1].backward(x, s.dup, &s.part);
+    accumulate(dx, s.part);
   }
 
  private:
+  // The down projection's input, computed from the tape: act(pre), or act(pre) * up.
+  const Tensor& down_input(const MlpTape& t, MlpScratch& s) const {
+    copy(t.pre, s.act);
+    activate(activation_, s.act);
+    if (kind_ == MlpKind::plain) return s.act;
+    copy(s.act, s.mixed);
+    multiply(s.mixed, t.up);
+    return s.mixed;
+  }
+
   static void multiply(Tensor& y, const Tensor& x) {
     float* a = y.f32();
     const float* b = x.f32();
@@ -398,41 +491,44 @@ struct ResidualTape {
   Tensor in;   // x
   Tensor h;    // f's input: norm(x) (pre-norm); post-norm reads `in`
   Tensor sum;  // post-norm: x + f(x)
-  const Tensor& f_input(bool pre) const { return pre ? h : in; }
 };
 
+// The scratch of a stack's step, one set for all its layers (see AttentionScratch).
+struct Scratch {
+  Tensor y;               // a sub-layer's output, before it joins the residual
+  Tensor d_input, dnorm;  // backward: d(f's input), d(norm's input)
+  AttentionScratch attention;
+  MlpScratch mlp;
+};
+
+// x is swapped into the tape (no copy) and rebuilt in the buffer the tape held before.
 template <typename F>
-void residual_forward(bool pre, const TNorm& norm, Tensor& x, ResidualTape& t, F&& f) {
-  copy(x, t.in);
-  Tensor y;
+void residual_forward(bool pre, const TNorm& norm, Tensor& x, ResidualTape& t, Scratch& s, F&& f) {
+  std::swap(x, t.in);
   if (pre) {
     norm.forward(t.in, t.h);
-    f(t.h, y);
-    add(x, y);
+    f(t.h, s.y);
+    sum_of(t.in, s.y, x);
     return;
   }
-  f(t.in, y);
-  copy(t.in, t.sum);
-  add(t.sum, y);
+  f(t.in, s.y);
+  sum_of(t.in, s.y, t.sum);
   norm.forward(t.sum, x);
 }
 
 // dx (in/out): d(x_out) in, d(x) out. `f_back(f_input, dy, d_input)` writes d_input.
 template <typename F>
-void residual_backward(bool pre, const TNorm& norm, Tensor& dx, ResidualTape& t, F&& f_back) {
-  Tensor d_input;
+void residual_backward(bool pre, const TNorm& norm, Tensor& dx, const ResidualTape& t, Scratch& s,
+                       F&& f_back) {
   if (pre) {
-    f_back(t.h, dx, d_input);
-    Tensor dnorm;
-    norm.backward(t.in, d_input, dnorm);
-    add(dx, dnorm);
+    f_back(t.h, dx, s.d_input);
+    norm.backward(t.in, s.d_input, s.dnorm);
+    accumulate(dx, s.dnorm);
     return;
   }
-  Tensor dsum;
-  norm.backward(t.sum, dx, dsum);
-  f_back(t.in, dsum, d_input);
-  copy(dsum, dx);
-  add(dx, d_input);
+  norm.backward(t.sum, dx, s.dnorm);  // d(sum)
+  f_back(t.in, s.dnorm, s.d_input);
+  sum_of(s.dnorm, s.d_input, dx);
 }
 
 // ---- blocks and stacks ------------------------------------------------------------------------
@@ -445,53 +541,60 @@ struct BlockTape {
 
 class TBlock {
  public:
-  TBlock(const BlockSpec& spec, ParameterSet& params, const Rotary* rotary)
+  TBlock(const BlockSpec& spec, ParameterSet& params, const Rotary* rotary, DType compute)
       : pre_(spec.pre_norm),
         attention_norm_(spec.attention_norm, params),
         cross_norm_(spec.cross_norm, params),
         mlp_norm_(spec.mlp_norm, params),
-        self_(spec.attention, params, rotary),
-        mlp_(spec.mlp, params) {
+        self_(spec.attention, params, rotary, compute),
+        mlp_(spec.mlp, params, compute) {
     if (spec.has_cross()) {
-      cross_ = TAttention(spec.cross_attention, params, nullptr);
+      cross_ = TAttention(spec.cross_attention, params, nullptr, compute);
       has_cross_ = true;
     }
   }
 
   struct Context {
     const AttentionLayout* layout;
-    std::span<const std::int32_t> positions;
-    const Tensor* memory = nullptr;           // encoder output (cross-attention)
+    const Packing* pack;
+    std::span<const std::int32_t> positions;  // packed
+    const Tensor* memory = nullptr;           // encoder output (cross-attention), packed
     const AttentionLayout* source = nullptr;  // its layout
-    Tensor* dmemory = nullptr;                // backward: d(memory) accumulates here
+    const Packing* source_pack = nullptr;
+    Tensor* dmemory = nullptr;  // backward: d(memory) accumulates here
+    Scratch* scratch = nullptr;
   };
 
   void forward(Tensor& x, const Context& c, BlockTape& t) const {
-    residual_forward(pre_, attention_norm_, x, t.self_r, [&](const Tensor& h, Tensor& y) {
-      self_.self_forward(h, *c.layout, c.positions, t.self_a, y);
+    Scratch& s = *c.scratch;
+    residual_forward(pre_, attention_norm_, x, t.self_r, s, [&](const Tensor& h, Tensor& y) {
+      self_.self_forward(h, *c.layout, *c.pack, c.positions, t.self_a, y);
     });
     if (has_cross_)
-      residual_forward(pre_, cross_norm_, x, t.cross_r, [&](const Tensor& h, Tensor& y) {
-        cross_.cross_forward(h, c.layout->length, *c.memory, *c.source, t.cross_a, y);
+      residual_forward(pre_, cross_norm_, x, t.cross_r, s, [&](const Tensor& h, Tensor& y) {
+        cross_.cross_forward(h, c.layout->length, *c.pack, *c.memory, *c.source, *c.source_pack,
+                             t.cross_a, y);
       });
-    residual_forward(pre_, mlp_norm_, x, t.mlp_r,
-                     [&](const Tensor& h, Tensor& y) { mlp_.forward(h, t.mlp, y); });
+    residual_forward(pre_, mlp_norm_, x, t.mlp_r, s,
+                     [&](const Tensor& h, Tensor& y) { mlp_.forward(h, t.mlp, s.mlp, y); });
   }
 
   void backward(Tensor& dx, const Context& c, BlockTape& t) const {
-    residual_backward(
-        pre_, mlp_norm_, dx, t.mlp_r,
-        [&](const Tensor& h, const Tensor& dy, Tensor& dh) { mlp_.backward(h, t.mlp, dy, dh); });
-    if (has_cross_)
-      residual_backward(pre_, cross_norm_, dx, t.cross_r,
-                        [&](const Tensor& h, const Tensor& dy, Tensor& dh) {
-                          cross_.cross_backward(h, c.layout->length, *c.memory, *c.source,
-                                                t.cross_a, dy, dh, *c.dmemory);
-                        });
-    residual_backward(pre_, attention_norm_, dx, t.self_r,
+    Scratch& s = *c.scratch;
+    residual_backward(pre_, mlp_norm_, dx, t.mlp_r, s,
                       [&](const Tensor& h, const Tensor& dy, Tensor& dh) {
-                        self_.self_backward(h, *c.layout, c.positions, t.self_a, dy, dh);
+                        mlp_.backward(h, t.mlp, s.mlp, dy, dh);
                       });
+    if (has_cross_)
+      residual_backward(
+          pre_, cross_norm_, dx, t.cross_r, s, [&](const Tensor& h, const Tensor& dy, Tensor& dh) {
+            cross_.cross_backward(h, c.layout->length, *c.pack, *c.memory, *c.source,
+                                  *c.source_pack, t.cross_a, s.attention, dy, dh, *c.dmemory);
+          });
+    residual_backward(
+        pre_, attention_norm_, dx, t.self_r, s, [&](const Tensor& h, const Tensor& dy, Tensor& dh) {
+          self_.self_backward(h, *c.layout, *c.pack, c.positions, t.self_a, s.attention, dy, dh);
+        });
   }
 
  private:
@@ -502,17 +605,21 @@ class TBlock {
 };
 
 struct StackTape {
-  std::vector<std::int32_t> ids, positions, token_types, table_rows;
-  Tensor embedded;  // before the embedding norm
+  Packing pack;
+  std::vector<std::int32_t> ids, positions, token_types, table_rows;  // packed
+  Tensor embedded;                                                    // before the embedding norm
   std::vector<BlockTape> blocks;
+  Tensor x;       // the running hidden state
   Tensor last;    // after the last block, before the final norm
-  Tensor output;  // the stack's output (after the final norm)
+  Tensor output;  // the stack's output (after the final norm), packed rows
+  Tensor dx, de;  // backward scratch
+  Scratch scratch;
 };
 
 class TStack {
  public:
   TStack() = default;
-  TStack(const StackSpec& spec, ParameterSet& params)
+  TStack(const StackSpec& spec, ParameterSet& params, DType compute)
       : spec_(spec),
         tokens_(find(params, spec.embeddings.tokens)),
         learned_(spec.embeddings.positions.kind == PositionKind::learned
@@ -530,51 +637,57 @@ class TStack {
         rotary_ = std::make_unique<Rotary>(b.attention.head_dim, p.rope_theta, 0, p.rotary_dim);
         rotary = rotary_.get();
       }
-    for (const BlockSpec& b : spec.blocks) blocks_.emplace_back(b, params, rotary);
+    for (const BlockSpec& b : spec.blocks) blocks_.emplace_back(b, params, rotary, compute);
   }
 
   bool empty() const { return tokens_ == nullptr; }
 
+  // `memory` and `source_pack`: the encoder's output and packing (cross-attention), or null.
   void forward(const Batch& batch, const Tensor* memory, const AttentionLayout* source,
-               StackTape& t) const {
+               const Packing* source_pack, StackTape& t) const {
     prepare(batch, t);
     embed(t);
     t.blocks.resize(blocks_.size());
-    Tensor x;
-    copy(t.output, x);
-    const TBlock::Context c{&batch.attention, t.positions, memory, source, nullptr};
-    for (std::size_t l = 0; l < blocks_.size(); ++l) blocks_[l].forward(x, c, t.blocks[l]);
-    copy(x, t.last);
-    if (final_norm_.present())
+    copy(t.output, t.x);
+    const TBlock::Context c{&batch.attention, &t.pack,     t.positions, memory,
+                            source,           source_pack, nullptr,     &t.scratch};
+    for (std::size_t l = 0; l < blocks_.size(); ++l) blocks_[l].forward(t.x, c, t.blocks[l]);
+    if (final_norm_.present()) {
+      std::swap(t.x, t.last);
       final_norm_.forward(t.last, t.output);
-    else
-      copy(t.last, t.output);
+    } else {
+      std::swap(t.x, t.output);
+    }
   }
 
   // d(output) -> parameters' gradients (and d(memory) for a decoder with cross-attention).
   void backward(const Batch& batch, const Tensor* memory, const AttentionLayout* source,
-                StackTape& t, const Tensor& doutput, Tensor* dmemory) const {
-    Tensor dx;
+                const Packing* source_pack, StackTape& t, const Tensor& doutput,
+                Tensor* dmemory) const {
     if (final_norm_.present())
-      final_norm_.backward(t.last, doutput, dx);
+      final_norm_.backward(t.last, doutput, t.dx);
     else
-      copy(doutput, dx);
-    const TBlock::Context c{&batch.attention, t.positions, memory, source, dmemory};
-    for (std::size_t l = blocks_.size(); l-- > 0;) blocks_[l].backward(dx, c, t.blocks[l]);
-    embed_backward(t, dx);
+      copy(doutput, t.dx);
+    const TBlock::Context c{&batch.attention, &t.pack,     t.positions, memory,
+                            source,           source_pack, dmemory,     &t.scratch};
+    for (std::size_t l = blocks_.size(); l-- > 0;) blocks_[l].backward(t.dx, c, t.blocks[l]);
+    embed_backward(t, t.dx);
   }
 
  private:
-  // Pads keep their (valid) ids and position 0; nothing sees them and their rows get no loss.
+  // The real tokens' ids, positions and token types, packed (pads take no part).
   static void prepare(const Batch& batch, StackTape& t) {
-    const std::size_t n = batch.ids.size();
-    t.ids.assign(batch.ids.begin(), batch.ids.end());
-    t.positions.assign(batch.positions.begin(), batch.positions.end());
-    t.token_types = batch.token_types;
-    if (t.token_types.empty()) t.token_types.assign(n, 0);
-    for (std::size_t i = 0; i < n; ++i)
-      if (batch.attention.role[i] == TokenRole::pad)
-        t.ids[i] = t.positions[i] = t.token_types[i] = 0;
+    t.pack.build(batch.attention);
+    const std::size_t n = t.pack.rows.size();
+    t.ids.resize(n);
+    t.positions.resize(n);
+    t.token_types.assign(n, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int32_t r = t.pack.rows[i];
+      t.ids[i] = batch.ids[r];
+      t.positions[i] = batch.positions[r];
+      if (!batch.token_types.empty()) t.token_types[i] = batch.token_types[r];
+    }
   }
 
   void embed(StackTape& t) const {
@@ -594,16 +707,20 @@ class TStack {
       copy(t.embedded, t.output);
   }
 
-  void embed_backward(StackTape& t, const Tensor& dx) const {
-    Tensor de;
-    if (embedding_norm_.present())
-      embedding_norm_.backward(t.embedded, dx, de);
-    else
-      copy(dx, de);
-    if (types_) embedding_backward(t.token_types, de, types_->grad);
-    if (learned_) embedding_backward(t.table_rows, de, learned_->grad);
-    if (spec_.embeddings.scale != 1.0f) scale(de, spec_.embeddings.scale);
-    embedding_backward(t.ids, de, tokens_->grad);
+  void embed_backward(StackTape& t, Tensor& dx) const {
+    const Tensor* de = &dx;
+    if (embedding_norm_.present()) {
+      embedding_norm_.backward(t.embedded, dx, t.de);
+      de = &t.de;
+    }
+    if (types_) embedding_backward(t.token_types, *de, types_->grad);
+    if (learned_) embedding_backward(t.table_rows, *de, learned_->grad);
+    if (spec_.embeddings.scale != 1.0f) {
+      if (de != &t.de) copy(*de, t.de);
+      scale(t.de, spec_.embeddings.scale);
+      de = &t.de;
+    }
+    embedding_backward(t.ids, *de, tokens_->grad);
   }
 
   StackSpec spec_;
@@ -617,26 +734,35 @@ class TStack {
 };
 
 struct HeadTape {
-  std::vector<std::int32_t> rows;
+  std::vector<std::int32_t> rows;  // packed rows of the hidden state
   Tensor picked, transformed_pre, transformed_act, transformed;
+  Tensor scaled, dt, dact, dx;  // backward scratch
 };
 
 class THead {
  public:
   THead() = default;
-  THead(const HeadSpec& spec, ParameterSet& params)
+  THead(const HeadSpec& spec, ParameterSet& params, DType compute)
       : has_transform_(spec.transform.weight.present()),
         activation_(spec.transform_activation),
         transform_norm_(spec.transform_norm, params),
-        output_(spec.output, params),
+        output_(spec.output, params, compute),
         logit_scale_(spec.logit_scale) {
-    if (has_transform_) transform_ = TLinear(spec.transform, params);
+    if (has_transform_) transform_ = TLinear(spec.transform, params, compute);
   }
 
-  void forward(const Tensor& hidden, std::span<const std::int32_t> rows, HeadTape& t,
-               Tensor& logits) const {
-    t.rows.assign(rows.begin(), rows.end());
-    gather_rows(hidden, rows, t.picked);
+  // `rows` are flat padded indices (b * length + t); hidden holds the packed rows of `pack`.
+  void forward(const Tensor& hidden, const Packing& pack, std::span<const std::int32_t> rows,
+               HeadTape& t, Tensor& logits) const {
+    t.rows.resize(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const std::int32_t r = rows[i];
+      if (r < 0 || r >= pack.padded || pack.index[r] < 0)
+        throw RuntimeError("trainable network: output row " + std::to_string(r) +
+                           (r < 0 || r >= pack.padded ? " is outside the batch" : " is a pad"));
+      t.rows[i] = pack.index[r];
+    }
+    gather_rows(hidden, t.rows, t.picked);
     const Tensor* x = &t.picked;
     if (has_transform_) {
       transform_.forward(t.picked, t.transformed_pre);
@@ -651,28 +777,26 @@ class THead {
 
   // dlogits -> d(hidden) [hidden rows, dim] (written: zero outside the picked rows).
   void backward(const Tensor& hidden, HeadTape& t, const Tensor& dlogits, Tensor& dhidden) const {
-    Tensor scaled;
     const Tensor* dy = &dlogits;
     if (logit_scale_ != 1.0f) {
-      copy(dlogits, scaled);
-      scale(scaled, logit_scale_);
-      dy = &scaled;
+      copy(dlogits, t.scaled);
+      scale(t.scaled, logit_scale_);
+      dy = &t.scaled;
     }
-    Tensor dx;
     if (has_transform_) {
-      Tensor dt, dact, dpre;
-      output_.backward(t.transformed, *dy, &dt);
-      transform_norm_.backward(t.transformed_act, dt, dact);
-      activation_backward(activation_, t.transformed_pre, dact, dpre);
-      transform_.backward(t.picked, dpre, &dx);
+      output_.backward(t.transformed, *dy, &t.dt);
+      transform_norm_.backward(t.transformed_act, t.dt, t.dact);
+      activation_backward(activation_, t.transformed_pre, t.dact, t.dact);  // in place
+      transform_.backward(t.picked, t.dact, &t.dx);
     } else {
-      output_.backward(t.picked, *dy, &dx);
+      output_.backward(t.picked, *dy, &t.dx);
     }
-    dhidden = Tensor::zeros(hidden.shape());
+    dhidden.resize(hidden.shape());
+    std::memset(dhidden.raw(), 0, dhidden.bytes());
     const std::int64_t width = hidden.dim(-1);
     for (std::size_t i = 0; i < t.rows.size(); ++i) {
       float* to = dhidden.f32() + std::int64_t{t.rows[i]} * width;
-      const float* from = dx.f32() + static_cast<std::int64_t>(i) * width;
+      const float* from = t.dx.f32() + static_cast<std::int64_t>(i) * width;
       for (std::int64_t c = 0; c < width; ++c) to[c] += from[c];
     }
   }
@@ -686,6 +810,18 @@ class THead {
   float logit_scale_ = 1.0f;
 };
 
+// bf16 products need the CPU's bf16 instructions; say so rather than run oneDNN's slow path.
+void require_matmul_dtype(DType dtype) {
+  if (dtype == DType::f32) return;
+  if (dtype != DType::bf16)
+    throw ConfigError(std::string("training: matmul_dtype must be f32 or bf16, got ") +
+                      to_string(dtype));
+  if (!bf16_matmul_supported())
+    throw ConfigError(
+        "training: matmul_dtype bf16 needs a CPU with AVX-512 BF16 or AMX instructions; this "
+        "one has neither (use f32)");
+}
+
 }  // namespace
 
 // ---- TrainableTransformer
@@ -694,14 +830,15 @@ class THead {
 struct Tape {
   StackTape encoder, decoder;
   HeadTape head;
+  Tensor dhidden, dmemory;
   const Batch* inputs = nullptr;
   const Batch* source = nullptr;
 };
 
 struct TrainableTransformer::Impl {
-  Impl(const TransformerSpec& spec, ParameterSet& params)
-      : decoder(spec.decoder, params), head(spec.head, params) {
-    if (spec.encoder_decoder()) encoder = TStack(spec.encoder, params);
+  Impl(const TransformerSpec& spec, ParameterSet& params, DType compute)
+      : decoder(spec.decoder, params, compute), head(spec.head, params, compute) {
+    if (spec.encoder_decoder()) encoder = TStack(spec.encoder, params, compute);
     if (!spec.head.present())
       throw ConfigError("training needs the model's output head (" + spec.head.absent_reason + ")");
   }
@@ -709,8 +846,12 @@ struct TrainableTransformer::Impl {
   THead head;
 };
 
-TrainableTransformer::TrainableTransformer(TransformerSpec spec, ParameterSet& params)
-    : spec_(std::move(spec)), impl_(std::make_unique<Impl>(spec_, params)) {}
+TrainableTransformer::TrainableTransformer(TransformerSpec spec, ParameterSet& params,
+                                           NetworkOptions options)
+    : spec_(std::move(spec)), options_(options) {
+  require_matmul_dtype(options_.matmul_dtype);
+  impl_ = std::make_unique<Impl>(spec_, params, options_.matmul_dtype);
+}
 
 TrainableTransformer::~TrainableTransformer() = default;
 
@@ -733,24 +874,27 @@ void TrainableTransformer::forward(const Batch& inputs, const Batch* source,
   tape.source = source;
   const Tensor* memory = nullptr;
   if (source) {
-    impl_->encoder.forward(*source, nullptr, nullptr, tape.encoder);
+    impl_->encoder.forward(*source, nullptr, nullptr, nullptr, tape.encoder);
     memory = &tape.encoder.output;
   }
-  impl_->decoder.forward(inputs, memory, source ? &source->attention : nullptr, tape.decoder);
-  impl_->head.forward(tape.decoder.output, rows, tape.head, logits);
+  impl_->decoder.forward(inputs, memory, source ? &source->attention : nullptr,
+                         source ? &tape.encoder.pack : nullptr, tape.decoder);
+  impl_->head.forward(tape.decoder.output, tape.decoder.pack, rows, tape.head, logits);
 }
 
 void TrainableTransformer::backward(Tape& tape, const Tensor& dlogits) const {
-  Tensor dhidden;
-  impl_->head.backward(tape.decoder.output, tape.head, dlogits, dhidden);
+  impl_->head.backward(tape.decoder.output, tape.head, dlogits, tape.dhidden);
   if (!tape.source) {
-    impl_->decoder.backward(*tape.inputs, nullptr, nullptr, tape.decoder, dhidden, nullptr);
+    impl_->decoder.backward(*tape.inputs, nullptr, nullptr, nullptr, tape.decoder, tape.dhidden,
+                            nullptr);
     return;
   }
-  Tensor dmemory = Tensor::zeros(tape.encoder.output.shape());
-  impl_->decoder.backward(*tape.inputs, &tape.encoder.output, &tape.source->attention, tape.decoder,
-                          dhidden, &dmemory);
-  impl_->encoder.backward(*tape.source, nullptr, nullptr, tape.encoder, dmemory, nullptr);
+  tape.dmemory.resize(tape.encoder.output.shape());
+  std::memset(tape.dmemory.raw(), 0, tape.dmemory.bytes());
+  impl_->decoder.backward(*tape.inputs, &tape.encoder.output, &tape.source->attention,
+                          &tape.encoder.pack, tape.decoder, tape.dhidden, &tape.dmemory);
+  impl_->encoder.backward(*tape.source, nullptr, nullptr, nullptr, tape.encoder, tape.dmemory,
+                          nullptr);
 }
 
 }  // namespace masque::train

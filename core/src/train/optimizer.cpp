@@ -12,6 +12,7 @@
 #include "masque/threading.hpp"
 #include "numerics/parallel.hpp"
 #include "numerics/simd.hpp"
+#include "parallel_range.hpp"
 
 namespace masque::train {
 
@@ -92,8 +93,11 @@ void AdamW::step(std::span<const Parameter> params, double lr) {
   for (std::size_t i = 0; i < params.size(); ++i) {
     const Parameter& p = params[i];
     const auto decay = static_cast<float>(p.decay ? 1.0 - lr * options_.weight_decay : 1.0);
-    adamw_update(p.value, p.grad, m_[i].data(), v_[i].data(), p.size, decay, beta1, beta2,
-                 step_size, bc2_sqrt, eps);
+    float *m = m_[i].data(), *v = v_[i].data();
+    parallel_range(p.size, 12.0 * static_cast<double>(p.size), [&](std::int64_t b, std::int64_t e) {
+      adamw_update(p.value + b, p.grad + b, m + b, v + b, e - b, decay, beta1, beta2, step_size,
+                   bc2_sqrt, eps);
+    });
   }
 }
 

@@ -76,15 +76,26 @@ struct BOOST_SYMBOL_VISIBLE TapeDeleter {
 };
 using TapePtr = std::unique_ptr<Tape, TapeDeleter>;
 
+// How a network computes. matmul_dtype: f32 (the default), or bf16: the linear layers' products,
+// forward and backward, take bfloat16 operands (the f32 weights and activations rounded per
+// call) with f32 accumulation and output; parameters, gradients and optimizer state stay f32.
+// bf16 needs a CPU with AVX-512 BF16 (or AMX) instructions; elsewhere the constructor throws a
+// ConfigError saying so.
+struct NetworkOptions {
+  DType matmul_dtype = DType::f32;
+};
+
 class BOOST_SYMBOL_VISIBLE TrainableTransformer {
  public:
   // The network of `spec` over `params` (which must come from the same spec and outlive it).
-  TrainableTransformer(transformer::TransformerSpec spec, ParameterSet& params);
+  TrainableTransformer(transformer::TransformerSpec spec, ParameterSet& params,
+                       NetworkOptions options = {});
   ~TrainableTransformer();
   TrainableTransformer(const TrainableTransformer&) = delete;
   TrainableTransformer& operator=(const TrainableTransformer&) = delete;
 
   const transformer::TransformerSpec& spec() const { return spec_; }
+  const NetworkOptions& options() const { return options_; }
   TapePtr make_tape() const;
 
   // Logits [rows.size(), vocab] of flat rows `rows` of `inputs` (b * length + t). `source` is
@@ -98,6 +109,7 @@ class BOOST_SYMBOL_VISIBLE TrainableTransformer {
  private:
   struct Impl;
   transformer::TransformerSpec spec_;
+  NetworkOptions options_;
   std::unique_ptr<Impl> impl_;
 };
 
