@@ -208,7 +208,8 @@ void Session::load_model() {
     params_ = ParameterSet::initialised(spec_, spec_.initializer_range, settings_.objective.seed);
   else
     params_ = ParameterSet::from_checkpoint(spec_, transformer::open_checkpoint(model_dir_));
-  network_ = std::make_unique<TrainableTransformer>(spec_, params_);
+  network_ = std::make_unique<TrainableTransformer>(
+      spec_, params_, NetworkOptions{.matmul_dtype = settings_.matmul_dtype});
   if (info_.kind == ModelKind::encoder_decoder) {
     const PluginEntry& entry = registry_.find(PluginKind::mask, "bidirectional");
     std::unique_ptr<Plugin> p = registry_.create(entry, default_params(*entry.descriptor));

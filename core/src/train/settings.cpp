@@ -139,6 +139,13 @@ std::vector<ParamSpec> params() {
                "config.json as the original model does (seeded); auto: pretrained when the "
                "folder has weights",
        .choices = "auto|scratch|pretrained"},
+      {.name = "matmul_dtype",
+       .type = ParamType::string,
+       .default_value = "f32",
+       .help = "f32, or bf16: every linear layer's matmuls (forward and backward) in bf16 with "
+               "f32 master weights, gradients and optimizer state (CPUs with bf16 "
+               "instructions; elsewhere a clear error)",
+       .choices = "f32|bf16"},
       // The optimizer (torch.optim.AdamW) and the schedule (Hugging Face's).
       {.name = "lr",
        .type = ParamType::number,
@@ -287,6 +294,7 @@ TrainSettings train_settings(const Params& p) {
   s.valid_batch_size = int_of(p, "valid_batch_size");
   s.log_every = int_of(p, "log_every");
   s.max_bad_records = int_of(p, "max_bad_records");
+  s.matmul_dtype = p.get_string("matmul_dtype") == "bf16" ? DType::bf16 : DType::f32;
   const std::string init = p.get_string("init");
   s.init = init == "scratch"      ? InitMode::scratch
            : init == "pretrained" ? InitMode::pretrained

@@ -32,6 +32,7 @@ struct TrainSettings {
   int keep_last = 2;
   std::int64_t max_bad_records = 100;
   InitMode init = InitMode::automatic;
+  DType matmul_dtype = DType::f32;
 };
 
 // The settings of a validated `task:` section; input format `auto` is decided by the extension

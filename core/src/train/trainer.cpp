@@ -48,7 +48,7 @@ struct Trainer::Workers {
     for (int w = 1; w < threads; ++w) {
       auto& r = replicas.emplace_back(std::make_unique<ParameterSet>(params));
       for (auto& e : r->entries()) e.grad = Tensor::zeros(e.value.shape());
-      nets.push_back(std::make_unique<TrainableTransformer>(network.spec(), *r));
+      nets.push_back(std::make_unique<TrainableTransformer>(network.spec(), *r, network.options()));
     }
     for (int w = 0; w < threads; ++w) tapes.push_back(network.make_tape());
   }
