@@ -262,7 +262,7 @@ TEST_CASE("train: --threads 2 sums its parts' gradients to the one-thread losses
   CHECK(two == losses(dir / "two_again/metrics.jsonl"));  // reproducible per thread count
 }
 
-TEST_CASE("train: bad records are skipped and reported by line; too many stop the run",
+TEST_CASE("train: bad records are skipped and reported by line, and too many stop the run",
           "[train][cli][errors]") {
   const fs::path dir = scratch_dir("train_cli_bad");
   {
