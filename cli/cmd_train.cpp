@@ -92,14 +92,13 @@ int cmd_train(int argc, char** argv) {
   try {
     return train::run_training(std::move(pipeline), *registry, options);
   } catch (const ConfigError& e) {
-    std::fprintf(stderr, "masque: %s: error: %s
-", comm.where().c_str(), e.what());
+    std::fprintf(stderr, "masque: %s: error: %s\n", comm.where().c_str(), e.what());
     comm.abort(kExitUsage);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "masque: %s: error: %s
-", comm.where().c_str(), e.what());
+    std::fprintf(stderr, "masque: %s: error: %s\n", comm.where().c_str(), e.what());
     comm.abort(kExitRuntime);
   }
+  return kExitRuntime;  // not reached: abort() ends the job
 }
 
 }  // namespace masque::cli
