@@ -18,9 +18,13 @@ import math
 import os
 import struct
 import sys
+from pathlib import Path
 
 import torch
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
+from safetensors_file import write_safetensors  # noqa: E402
 
 PAD, START, EOS, UNK = 0, 1, 2, 3
 MAX_STEPS = 12
@@ -202,21 +206,6 @@ def config_of(name, variation):
     return c
 
 
-def write_safetensors(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for name in sorted(tensors):
-        data = tensors[name].detach().to(torch.float32).contiguous().numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
 
 
 def make_model(c, seed):

@@ -51,6 +51,9 @@ SHARED = (REPO / ".." / "shared").resolve()
 sys.path.insert(0, str(REPO / "bench" / "encdec"))
 from reference_torch import Config as EncDecConfig, sinusoid  # noqa: E402  (one home)
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
+from safetensors_file import write_safetensors  # noqa: E402
+
 # ---- safetensors ------------------------------------------------------------------------------
 
 DTYPES = {"F32": (torch.float32, 4), "F64": (torch.float64, 8), "F16": (torch.float16, 2),
@@ -73,18 +76,6 @@ def read_safetensors(path):
     return out
 
 
-def write_safetensors(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().to(torch.float32).contiguous()
-        raw = t.numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    text = json.dumps(header).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    Path(path).write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
 # ---- the mask rule ----------------------------------------------------------------------------
