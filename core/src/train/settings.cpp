@@ -228,10 +228,6 @@ std::vector<ParamSpec> params() {
   };
 }
 
-std::int64_t int_of(const Params& p, const char* key) {
-  return p.get_int(key);
-}
-
 }  // namespace
 
 const TaskSpec& train_task_spec() {
@@ -268,17 +264,17 @@ TrainSettings train_settings(const Params& p) {
   o.target_field = p.get_string("target_field");
   o.order_field = p.get_string("order_field");
   o.mlm_probability = p.get_number("mlm_probability");
-  o.plm_predict = static_cast<std::int32_t>(int_of(p, "plm_predict"));
+  o.plm_predict = static_cast<std::int32_t>(p.get_int("plm_predict"));
   o.plm_fraction = p.get_number("plm_fraction");
-  o.seed = static_cast<std::uint64_t>(int_of(p, "seed"));
-  o.max_tokens = static_cast<std::int32_t>(int_of(p, "max_length"));
+  o.seed = static_cast<std::uint64_t>(p.get_int("seed"));
+  o.max_tokens = static_cast<std::int32_t>(p.get_int("max_length"));
   // The reader's main field: a seq2seq record is read by its source.
   if (o.kind == ObjectiveKind::seq2seq) s.input.field = o.source_field;
 
   TrainerOptions& t = s.trainer;
-  t.batch_size = static_cast<std::size_t>(int_of(p, "batch_size"));
-  t.max_tokens = int_of(p, "max_tokens");
-  t.accumulation = static_cast<std::int32_t>(int_of(p, "accumulation"));
+  t.batch_size = static_cast<std::size_t>(p.get_int("batch_size"));
+  t.max_tokens = p.get_int("max_tokens");
+  t.accumulation = static_cast<std::int32_t>(p.get_int("accumulation"));
   t.shuffle = p.get_bool("shuffle");
   t.seed = o.seed;
   t.adamw = {.beta1 = p.get_number("adam_beta1"),
@@ -290,20 +286,20 @@ TrainSettings train_settings(const Params& p) {
                     : schedule == "constant" ? ScheduleKind::constant
                                              : ScheduleKind::linear;
   t.schedule.base_lr = p.get_number("lr");
-  t.schedule.warmup_steps = int_of(p, "warmup_steps");
+  t.schedule.warmup_steps = p.get_int("warmup_steps");
   t.max_grad_norm = p.get_number("max_grad_norm");
   t.label_smoothing = p.get_number("label_smoothing");
 
-  s.epochs = int_of(p, "epochs");
-  s.steps = int_of(p, "steps");
+  s.epochs = p.get_int("epochs");
+  s.steps = p.get_int("steps");
   s.warmup_ratio = p.get_number("warmup_ratio");
   s.max_minutes = p.get_number("max_minutes");
-  s.save_every = int_of(p, "save_every");
-  s.keep_last = static_cast<int>(int_of(p, "keep_last"));
-  s.valid_every = int_of(p, "valid_every");
-  s.valid_batch_size = int_of(p, "valid_batch_size");
-  s.log_every = int_of(p, "log_every");
-  s.max_bad_records = int_of(p, "max_bad_records");
+  s.save_every = p.get_int("save_every");
+  s.keep_last = static_cast<int>(p.get_int("keep_last"));
+  s.valid_every = p.get_int("valid_every");
+  s.valid_batch_size = p.get_int("valid_batch_size");
+  s.log_every = p.get_int("log_every");
+  s.max_bad_records = p.get_int("max_bad_records");
   s.matmul_dtype = p.get_string("matmul_dtype") == "bf16" ? DType::bf16 : DType::f32;
   const std::string init = p.get_string("init");
   s.init = init == "scratch"      ? InitMode::scratch

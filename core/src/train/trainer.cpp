@@ -147,20 +147,25 @@ StepResult Trainer::step() {
   return r;
 }
 
+double Trainer::train_part(const TrainableTransformer& net, Tape& tape, const TrainingBatch& b,
+                           std::int64_t count, Tensor& logits) const {
+  const CrossEntropyOptions ce{.label_smoothing = options_.label_smoothing};
+  net.forward(b.inputs, source_of(b), b.rows, tape, logits);
+  const double loss =
+      cross_entropy(logits, b.labels, static_cast<double>(count), ce, &logits).loss_sum;
+  net.backward(tape, logits);
+  return loss;
+}
+
 double Trainer::run_parts(const std::vector<std::vector<TrainingBatch>>& micro,
                           std::int64_t count) {
-  const CrossEntropyOptions ce{.label_smoothing = options_.label_smoothing};
   params_.zero_grads();
   if (!workers_) {
     double loss_sum = 0;
     Tensor logits;
     for (const auto& parts : micro)
-      for (const TrainingBatch& b : parts) {
-        network_.forward(b.inputs, source_of(b), b.rows, *tape_, logits);
-        loss_sum +=
-            cross_entropy(logits, b.labels, static_cast<double>(count), ce, &logits).loss_sum;
-        network_.backward(*tape_, logits);
-      }
+      for (const TrainingBatch& b : parts)
+        loss_sum += train_part(network_, *tape_, b, count, logits);
     return loss_sum;
   }
   Workers& w = *workers_;
@@ -175,12 +180,7 @@ double Trainer::run_parts(const std::vector<std::vector<TrainingBatch>>& micro,
         const TrainableTransformer& net = t == 0 ? network_ : *w.nets[t - 1];
         Tensor logits;
         for (const auto& parts : micro) {
-          if (t >= parts.size()) continue;
-          const TrainingBatch& b = parts[t];
-          net.forward(b.inputs, source_of(b), b.rows, *w.tapes[t], logits);
-          losses[t] +=
-              cross_entropy(logits, b.labels, static_cast<double>(count), ce, &logits).loss_sum;
-          net.backward(*w.tapes[t], logits);
+          if (t < parts.size()) losses[t] += train_part(net, *w.tapes[t], parts[t], count, logits);
         }
       } catch (...) {
         errors[t] = std::current_exception();

@@ -92,6 +92,9 @@ class BOOST_SYMBOL_VISIBLE Trainer {
   // Forward, loss and backward of the step's micro-batches, one thread per part; returns the
   // summed token loss (in part order) and leaves the summed gradient in params_.
   double run_parts(const std::vector<std::vector<TrainingBatch>>& parts, std::int64_t count);
+  // Forward, loss (over the step's `count` predicted tokens) and backward of one part on `net`.
+  double train_part(const TrainableTransformer& net, Tape& tape, const TrainingBatch& b,
+                    std::int64_t count, Tensor& logits) const;
 
   const TrainableTransformer& network_;
   ParameterSet& params_;
