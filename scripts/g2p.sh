@@ -5,7 +5,7 @@
 # and the hypotheses stay in data/g2p/ (git-ignored).
 #
 #   scripts/g2p.sh MODEL [masque train options...]
-#     MODEL  unilm | causal | encdec      (pipelines/train-g2p-MODEL.yaml)
+#     MODEL  unilm | causal | plm | encdec      (pipelines/train-g2p-MODEL.yaml)
 #   e.g. scripts/g2p.sh unilm --threads 2
 #        scripts/g2p.sh causal --threads 2 --set task.max_minutes=10
 #
@@ -20,7 +20,8 @@ case $model in
   unilm) mask=(--set mask.plugin=seq2seq) ;;
   causal) mask=(--set mask.plugin=causal) ;;
   encdec) mask=(); pipeline=$root/pipelines/g2p-encdec.yaml ;;
-  *) echo "usage: scripts/g2p.sh unilm|causal|encdec [masque train options...]" >&2; exit 2 ;;
+  plm) mask=(); pipeline=$root/pipelines/g2p-plm.yaml ;;
+  *) echo "usage: scripts/g2p.sh unilm|causal|plm|encdec [masque train options...]" >&2; exit 2 ;;
 esac
 shift
 [[ -x $masque ]] || { echo "g2p: $masque is not built (scripts/setup.sh)" >&2; exit 2; }
@@ -34,14 +35,29 @@ if [[ ! -e $run/last ]]; then
   "$masque" train "$root/pipelines/train-g2p-$model.yaml" "$@" 2>&1 | tee "$data/logs/$model.log"
 fi
 
-for search in greedy beam4; do
+# The permutation-LM model fills a template per word: its letters are given, then
+# (letters + 3) [MASK] slots (the slack of pipelines/train-g2p-plm.yaml), filled left to right
+# or most-confident first; the phones are the `infill`, the [SEP] fillers dropped.
+inputs=$data/test.words
+decodings=(greedy beam4)
+field=text
+if [[ $model == plm ]]; then
+  inputs=$data/eval/test.templates
+  awk '{ t = $0 " [SEP]"; for (i = 0; i < length($0) + 3; ++i) t = t " [MASK]"; print t }' \
+    "$data/test.words" >"$inputs"
+  decodings=(greedy beam4 confidence.greedy confidence.beam4)
+  field=infill
+fi
+
+for decoding in "${decodings[@]}"; do
   sets=(--set "model.path=$run/best" --set "tokenizer.path=$run/best" "${mask[@]}")
-  [[ $search == beam4 ]] && sets+=(--set decoder.plugin=beam --set decoder.beam_size=4)
+  [[ $decoding == *beam4 ]] && sets+=(--set decoder.plugin=beam --set decoder.beam_size=4)
+  [[ $decoding == confidence.* ]] && sets+=(--set task.order_by=confidence)
   start=$(date +%s.%N)
-  "$masque" run "$pipeline" "${sets[@]}" -i "$data/test.words" \
-    -o "$data/eval/$model.$search.jsonl"
+  "$masque" run "$pipeline" "${sets[@]}" -i "$inputs" -o "$data/eval/$model.$decoding.jsonl"
   end=$(date +%s.%N)
   words=$(wc -l <"$data/test.words")
-  echo "g2p: $model $search: $(awk -v w="$words" -v a="$start" -v b="$end" 'BEGIN { printf "%.0f words/s", w / (b - a) }')" >&2
-  "$masque" eval --ref "$data/test.ref.tsv" "$data/eval/$model.$search.jsonl" --token-name phone
+  echo "g2p: $model $decoding: $(awk -v w="$words" -v a="$start" -v b="$end" 'BEGIN { printf "%.0f words/s", w / (b - a) }')" >&2
+  "$masque" eval --ref "$data/test.ref.tsv" "$data/eval/$model.$decoding.jsonl" --field "$field" \
+    --token-name phone
 done

@@ -2,6 +2,8 @@
 // exactly the outputs that carry a loss (docs/training.md, "Objectives").
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "../models/model_plugin.hpp"
@@ -20,7 +22,8 @@ namespace {
 
 // [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4 a=5 b=6 c=7 d=8 x=9 y=10 z=11
 test::LoadedPlugin<Tokenizer> letters() {
-  const auto dir = test::scratch_dir("objective_vocab");
+  // One directory per process: ctest runs the test cases of this file in parallel.
+  const auto dir = test::scratch_dir("objective_vocab_" + std::to_string(::getpid()));
   test::write_file(dir / "vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\nb\nc\nd\nx\ny\nz\n");
   Params p;
   p.set("path", "");
@@ -148,6 +151,55 @@ TEST_CASE(
                   bert_like());
   CHECK_THROWS_WITH(wrong.lay_out(batch, 0),
                     Catch::Contains("a mask strategy with a query stream"));
+}
+
+TEST_CASE("objective plm on source/target: the source is given, the target's slots are permuted") {
+  auto tok = letters();
+  Params p;
+  p.set("order", "random");
+  p.set("stream", "query");
+  p.set("seed", std::int64_t{5});
+  auto perm = load_mask("permutation", p);
+  Objective objective({.kind = ObjectiveKind::plm, .plm_fraction = 1, .plm_target_slack = 1}, *tok,
+                      nullptr, {.inputs = perm.get()}, bert_like());
+  // "a b" -> "x y": two source words + slack 1 = three slots, the last one a [SEP] filler.
+  Example e = objective.prepare(record(0, {{"source", "a b"}, {"target", "x y"}}));
+  CHECK(e.ids == std::vector<TokenId>{2, 5, 6, 3, 9, 10, 3, 3});
+  CHECK(e.context == std::vector<std::uint8_t>{1, 1, 1, 1, 0, 0, 0, 1});
+  // The same layout as plm-generate's template once its [MASK]s are filled.
+  std::vector<TokenId> template_ids = tok->encode("a b [SEP] [MASK] [MASK] [MASK]", true).ids;
+  REQUIRE(template_ids.size() == e.ids.size());
+  for (std::size_t t = 0; t < e.ids.size(); ++t)
+    CHECK(template_ids[t] == (e.context[t] ? e.ids[t] : 4));
+
+  e.line = 3;
+  const Example* batch[] = {&e};
+  const TrainingBatch out = objective.lay_out(batch, 0);
+  REQUIRE(out.inputs.length == 11);  // 8 tokens and a query per slot
+  std::vector<std::int32_t> ranks = row_of(out.inputs.attention.rank, 0, 11, 8);
+  for (std::size_t t = 0; t < 8; ++t)
+    if (e.context[t]) CHECK(ranks[t] == -1);
+  std::vector<std::int32_t> slot_ranks{ranks[4], ranks[5], ranks[6]};
+  std::sort(slot_ranks.begin(), slot_ranks.end());
+  CHECK(slot_ranks == std::vector<std::int32_t>{0, 1, 2});
+  REQUIRE(out.rows == std::vector<std::int32_t>{8, 9, 10});
+  for (std::size_t q = 0; q < 3; ++q) {
+    const std::int32_t position = out.inputs.positions[out.rows[q]];
+    CHECK(position >= 4);
+    CHECK(position <= 6);
+    CHECK(out.labels[q] == e.ids[position]);
+  }
+  // A new random order each epoch (for some of these records at least).
+  bool changed = false;
+  for (std::uint64_t line = 1; line <= 8 && !changed; ++line) {
+    e.line = line;
+    changed = objective.lay_out(batch, 0).inputs.positions !=
+              objective.lay_out(batch, 1).inputs.positions;
+  }
+  CHECK(changed);
+  // A target longer than its slots cannot be laid out: the record is skipped and reported.
+  CHECK_THROWS_WITH(objective.prepare(record(0, {{"source", "a"}, {"target", "x y z"}})),
+                    Catch::Contains("more than its 2 slots"));
 }
 
 TEST_CASE(

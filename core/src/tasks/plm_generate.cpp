@@ -2,6 +2,7 @@
 // the permutation mask's (left-to-right, right-to-left, random, explicit) or by confidence
 // (the most confident position first) — each step conditioned on everything filled before;
 // the decoder plugin chooses the token at each step (greedy, sampling, beam).
+#include <algorithm>
 #include <map>
 
 #include "masque/decoding.hpp"
@@ -285,6 +286,7 @@ class PlmGenerateTask final : public Task {
       const auto& best = hypotheses.front();
       r.object["text"] = best["text"];
       r.object["tokens"] = best["tokens"];
+      r.object["infill"] = best["infill"];
       r.object["filled"] = best["filled"];
       r.object["score"] = best["score"];
       if (hypotheses.size() > 1) r.object["hypotheses"] = hypotheses;
@@ -304,9 +306,11 @@ class PlmGenerateTask final : public Task {
                                   const Hypothesis& h) const {
     const auto& positions = stepper.positions_of(record, h.tokens);
     std::vector<TokenId> tokens = item.tokens;
+    std::vector<std::pair<std::int32_t, TokenId>> infill;
     auto filled = nlohmann::ordered_json::array();
     for (std::size_t s = 0; s < positions.size(); ++s) {
       tokens[positions[s]] = h.tokens[s];
+      infill.emplace_back(positions[s], h.tokens[s]);
       nlohmann::ordered_json f;
       f["position"] = positions[s];
       f["id"] = h.tokens[s];
@@ -317,6 +321,10 @@ class PlmGenerateTask final : public Task {
     nlohmann::ordered_json j;
     j["text"] = detokenize(tokenizer_, tokens);
     j["tokens"] = tokens;
+    std::sort(infill.begin(), infill.end());
+    std::vector<TokenId> infill_tokens;
+    for (const auto& [position, token] : infill) infill_tokens.push_back(token);
+    j["infill"] = detokenize(tokenizer_, infill_tokens);
     j["filled"] = std::move(filled);
     j["score"] = h.score;
     return j;
@@ -342,32 +350,34 @@ std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {
 }
 
 const TaskRegistration registration({
-    .spec = {.name = "plm-generate",
-             .description = "fill the [MASK] positions of each template one at a time, in the "
-                            "permutation mask's order or most-confident first, with any decoder: "
-                            "{id, text, tokens, filled: [{position, id, token, logprob}], score}",
-             .params =
-                 {{.name = "method",
-                   .type = ParamType::string,
-                   .default_value = "visible-mask",
-                   .help =
-                       "visible-mask: not-yet-filled positions are visible [MASK] tokens (plain "
+    .spec =
+        {.name = "plm-generate",
+         .description =
+             "fill the [MASK] positions of each template one at a time, in the "
+             "permutation mask's order or most-confident first, with any decoder: "
+             "{id, text, tokens, infill (the filled tokens in position order, as text), filled: "
+             "[{position, id, token, logprob}], score}",
+         .params =
+             {{.name = "method",
+               .type = ParamType::string,
+               .default_value = "visible-mask",
+               .help = "visible-mask: not-yet-filled positions are visible [MASK] tokens (plain "
                        "BERT checkpoints); incremental: permutation LM with the KV cache — a query "
                        "token at the next position sees the given words and the filled ones",
-                   .choices = "visible-mask|incremental|query-stream"},
-                  {.name = "order_by",
-                   .type = ParamType::string,
-                   .default_value = "mask",
-                   .help = "mask: the permutation mask's order over the [MASK] positions (or a "
-                           "record's `order`); confidence: the position whose best token is most "
-                           "probable first",
-                   .choices = "mask|confidence"},
-                  mask_token_param()},
-             .required_sections = {"model", "mask", "decoder"},
-             .optional_sections = {"tokenizer"},
-             .default_plugins = {{"mask", "permutation"}, {"decoder", "greedy"}},
-             .model_kinds = {ModelKind::encoder_only},
-             .held_masks = {"bidirectional"}},
+               .choices = "visible-mask|incremental|query-stream"},
+              {.name = "order_by",
+               .type = ParamType::string,
+               .default_value = "mask",
+               .help = "mask: the permutation mask's order over the [MASK] positions (or a "
+                       "record's `order`); confidence: the position whose best token is most "
+                       "probable first",
+               .choices = "mask|confidence"},
+              mask_token_param()},
+         .required_sections = {"model", "mask", "decoder"},
+         .optional_sections = {"tokenizer"},
+         .default_plugins = {{"mask", "permutation"}, {"decoder", "greedy"}},
+         .model_kinds = {ModelKind::encoder_only},
+         .held_masks = {"bidirectional"}},
     .create = create,
 });
 

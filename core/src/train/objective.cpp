@@ -126,46 +126,87 @@ void Objective::check_length(std::size_t tokens) const {
 }
 
 Example Objective::prepare(const Record& record) const {
-  Example e;
   switch (options_.kind) {
+    case ObjectiveKind::plm:
+      return record.fields.contains(options_.target_field) ? prepare_infill(record)
+                                                           : prepare_text(record);
     case ObjectiveKind::causal_lm:
     case ObjectiveKind::mlm:
-    case ObjectiveKind::plm: {
-      e.ids = tokens_of(record, "text", source_, true);
-      const std::size_t minimum = options_.kind == ObjectiveKind::causal_lm ? 2 : 1;
-      if (e.ids.size() < minimum) throw RecordError("empty text: nothing to predict");
-      check_length(e.ids.size() + (options_.kind == ObjectiveKind::plm
-                                       ? predicted_count(options_, e.ids.size())
-                                       : 0));
-      const auto it = record.fields.find(options_.order_field);
-      if (options_.kind == ObjectiveKind::plm && it != record.fields.end()) {
-        if (!it->is_array()) throw RecordError("'" + options_.order_field + "' must be an array");
-        for (const auto& v : *it) {
-          if (!v.is_number_integer()) throw RecordError("'order' must be an array of integers");
-          e.order.push_back(v.get<std::int32_t>());
-        }
-      }
-      return e;
-    }
-    case ObjectiveKind::seq2seq: {
-      const bool encdec = encoder_decoder(model_);
-      e.ids = tokens_of(record, options_.source_field, source_, true);
-      std::vector<TokenId> target = tokens_of(record, options_.target_field, target_, false);
-      if (target.empty()) throw RecordError("empty target");
-      if (encdec) {
-        if (e.ids.empty()) throw RecordError("empty source");
-        e.target = std::move(target);
-        check_length(std::max(e.ids.size(), e.target.size() + 1));
-        return e;
-      }
-      e.segments.assign(e.ids.size(), 0);
-      for (TokenId t : target) e.ids.push_back(t);
-      e.ids.push_back(sep_);
-      e.segments.resize(e.ids.size(), 1);
-      check_length(e.ids.size());
-      return e;
-    }
+      return prepare_text(record);
+    case ObjectiveKind::seq2seq:
+      break;
   }
+  Example e;
+  const bool encdec = encoder_decoder(model_);
+  e.ids = tokens_of(record, options_.source_field, source_, true);
+  std::vector<TokenId> target = tokens_of(record, options_.target_field, target_, false);
+  if (target.empty()) throw RecordError("empty target");
+  if (encdec) {
+    if (e.ids.empty()) throw RecordError("empty source");
+    e.target = std::move(target);
+    check_length(std::max(e.ids.size(), e.target.size() + 1));
+    return e;
+  }
+  e.segments.assign(e.ids.size(), 0);
+  for (TokenId t : target) e.ids.push_back(t);
+  e.ids.push_back(sep_);
+  e.segments.resize(e.ids.size(), 1);
+  check_length(e.ids.size());
+  return e;
+}
+
+Example Objective::prepare_text(const Record& record) const {
+  Example e;
+  e.ids = tokens_of(record, "text", source_, true);
+  const std::size_t minimum = options_.kind == ObjectiveKind::causal_lm ? 2 : 1;
+  if (e.ids.size() < minimum) throw RecordError("empty text: nothing to predict");
+  check_length(e.ids.size() +
+               (options_.kind == ObjectiveKind::plm ? predicted_count(options_, e.ids.size()) : 0));
+  if (options_.kind == ObjectiveKind::plm) e.order = order_of(record);
+  return e;
+}
+
+std::vector<std::int32_t> Objective::order_of(const Record& record) const {
+  std::vector<std::int32_t> order;
+  const auto it = record.fields.find(options_.order_field);
+  if (it == record.fields.end()) return order;
+  if (!it->is_array()) throw RecordError("'" + options_.order_field + "' must be an array");
+  for (const auto& v : *it) {
+    if (!v.is_number_integer()) throw RecordError("'order' must be an array of integers");
+    order.push_back(v.get<std::int32_t>());
+  }
+  return order;
+}
+
+// `source tokens, target slots, [SEP]`: the layout plm-generate fills from the template
+// `source [SEP] [MASK] x slots` (the tokenizer adds the specials around it).
+Example Objective::prepare_infill(const Record& record) const {
+  if (sep_ < 0)
+    throw ConfigError(
+        "objective plm on source/target records needs a [SEP] token in the tokenizer (it ends "
+        "the template)");
+  Example e;
+  e.ids = tokens_of(record, options_.source_field, source_, true);
+  const std::vector<TokenId> target = tokens_of(record, options_.target_field, source_, false);
+  if (target.empty()) throw RecordError("empty target");
+  std::size_t slots = target.size();
+  if (options_.plm_target_slack >= 0) {
+    const auto words = static_cast<std::size_t>(std::count_if(
+        e.ids.begin(), e.ids.end(), [&](TokenId t) { return !source_.is_special(t); }));
+    slots = words + static_cast<std::size_t>(options_.plm_target_slack);
+    if (target.size() > slots)
+      throw RecordError("the target has " + std::to_string(target.size()) +
+                        " tokens, more than its " + std::to_string(slots) +
+                        " slots (source tokens + plm_target_slack)");
+  }
+  e.context.assign(e.ids.size(), 1);
+  e.ids.insert(e.ids.end(), target.begin(), target.end());
+  e.ids.resize(e.ids.size() + slots - target.size(), sep_);
+  e.context.resize(e.ids.size(), 0);
+  e.ids.push_back(sep_);
+  e.context.push_back(1);
+  e.order = order_of(record);  // over the slots
+  check_length(e.ids.size() + predicted_count(options_, slots));
   return e;
 }
 
@@ -183,17 +224,22 @@ TrainingBatch Objective::lay_out(std::span<const Example* const> examples,
     MaskRequest request = sequence_request(e.ids.size(), e.line);
     request.segments = e.segments;
     request.order = e.order;
+    request.context = e.context;
     request.query_stream = options_.kind == ObjectiveKind::plm;
+    // A new random order for each epoch (a record's own `order` is used as it is).
+    if (options_.kind == ObjectiveKind::plm && epoch > 0)
+      request.record_id = mix_seed(e.line, static_cast<std::uint64_t>(epoch));
     masks[r] = masks_.inputs->build(request);
     if (options_.kind == ObjectiveKind::plm) {
       SequenceMask& m = masks[r];
-      if (m.query_positions.size() != e.ids.size())
+      const std::size_t n = e.ids.size(), ordered = m.query_positions.size();
+      if (ordered == 0 || m.rank.size() != n + ordered)
         throw ConfigError(
             "objective plm needs a mask strategy with a query stream (mask: {plugin: "
             "permutation})");
       // Keep the queries of the last K steps of the order: they are the only ones predicted,
       // and no other token sees a query, so dropping the rest changes nothing else.
-      const std::size_t n = e.ids.size(), drop = n - predicted_count(options_, n);
+      const std::size_t drop = ordered - predicted_count(options_, ordered);
       m.rank.erase(m.rank.begin() + static_cast<std::ptrdiff_t>(n),
                    m.rank.begin() + static_cast<std::ptrdiff_t>(n + drop));
       m.role.erase(m.role.begin() + static_cast<std::ptrdiff_t>(n),

@@ -1,5 +1,7 @@
 #include "train/settings.hpp"
 
+#include <algorithm>
+
 #include "masque/error.hpp"
 
 namespace masque::train {
@@ -84,6 +86,14 @@ std::vector<ParamSpec> params() {
        .help = "plm: K = max(1, round(fraction x length)) when plm_predict is 0 (XLNet: 1/6)",
        .min = 0,
        .max = 1},
+      {.name = "plm_target_slack",
+       .type = ParamType::integer,
+       .default_value = "-1",
+       .help = "plm on source/target records (the source is given, the target permuted): pad "
+               "the target with [SEP] to (source tokens + slack) slots, so plm-generate's "
+               "template `source [SEP] [MASK] x (tokens + slack)` needs no target length; -1: "
+               "the target's own length; longer targets are skipped and reported",
+       .min = -1},
       {.name = "label_smoothing",
        .type = ParamType::number,
        .default_value = "0",
@@ -266,10 +276,16 @@ TrainSettings train_settings(const Params& p) {
   o.mlm_probability = p.get_number("mlm_probability");
   o.plm_predict = static_cast<std::int32_t>(p.get_int("plm_predict"));
   o.plm_fraction = p.get_number("plm_fraction");
+  o.plm_target_slack = static_cast<std::int32_t>(p.get_int("plm_target_slack"));
   o.seed = static_cast<std::uint64_t>(p.get_int("seed"));
   o.max_tokens = static_cast<std::int32_t>(p.get_int("max_length"));
-  // The reader's main field: a seq2seq record is read by its source.
-  if (o.kind == ObjectiveKind::seq2seq) s.input.field = o.source_field;
+  // The reader's main field: a seq2seq record (and a plm record with a target column) is read
+  // by its source.
+  const auto& columns = s.input.columns;
+  if (o.kind == ObjectiveKind::seq2seq ||
+      (o.kind == ObjectiveKind::plm &&
+       std::find(columns.begin(), columns.end(), o.target_field) != columns.end()))
+    s.input.field = o.source_field;
 
   TrainerOptions& t = s.trainer;
   t.batch_size = static_cast<std::size_t>(p.get_int("batch_size"));

@@ -35,6 +35,7 @@ struct Example {
   std::vector<std::int32_t> segments;  // per token of `ids` (UniLM), or empty
   std::vector<TokenId> target;         // an encoder-decoder's target, or empty
   std::vector<std::int32_t> order;     // the record's factorization order (plm), or empty
+  std::vector<std::uint8_t> context;   // plm: 1 = given, outside the order; or empty (none)
   std::int64_t tokens() const { return static_cast<std::int64_t>(ids.size() + target.size()); }
 };
 

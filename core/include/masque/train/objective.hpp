@@ -21,7 +21,13 @@
 //   plm        (permutation, with text -> tokens and a factorization order (the record's `order`,
 //               its query stream) or the strategy's); only the queries of the last K positions of
 //                                 the order are kept, and each predicts its position's token
-//                                 (XLNet's partial prediction).
+//                                 (XLNet's partial prediction). A record with a source and a
+//                                 target: `source tokens, target slots, [SEP]` where the source
+//                                 and the [SEP] are given context outside the order and only the
+//                                 target slots are permuted (plm-generate's template:
+//                                 `source [SEP] [MASK]...`); with plm_target_slack >= 0 the
+//                                 target is padded with [SEP] to (source words + slack) slots,
+//                                 so the template's length follows from the source alone.
 //
 // Every layout is the one the matching `masque run` task feeds at inference, so a trained
 // model runs unchanged.
@@ -54,10 +60,12 @@ struct ObjectiveOptions {
   ObjectiveKind kind = ObjectiveKind::causal_lm;
   std::string source_field = "source", target_field = "target", order_field = "order";
   double mlm_probability = 0.15;
-  std::int32_t plm_predict = 0;   // K; 0: use plm_fraction
-  double plm_fraction = 1.0 / 6;  // K = max(1, round(fraction x length)) (XLNet: 1/6)
-  std::uint64_t seed = 0;         // mlm corruption
-  std::int32_t max_tokens = 0;    // longer records are skipped (0: the model's positions)
+  std::int32_t plm_predict = 0;        // K; 0: use plm_fraction
+  double plm_fraction = 1.0 / 6;       // K = max(1, round(fraction x length)) (XLNet: 1/6)
+  std::int32_t plm_target_slack = -1;  // source/target records: slots = source words + slack
+                                       // (-1: the target's own length)
+  std::uint64_t seed = 0;              // mlm corruption
+  std::int32_t max_tokens = 0;         // longer records are skipped (0: the model's positions)
 };
 
 // The mask strategies an objective lays batches out under (plugins, as everywhere in masque):
@@ -87,13 +95,17 @@ class BOOST_SYMBOL_VISIBLE Objective {
   const ObjectiveOptions& options() const { return options_; }
   // A record as tokens; RecordError for a record that cannot be trained on.
   Example prepare(const Record& record) const;
-  // The inputs and labels of a micro-batch (epoch seeds mlm's corruption).
+  // The inputs and labels of a micro-batch (epoch seeds mlm's corruption and plm's random
+  // orders).
   TrainingBatch lay_out(std::span<const Example* const> examples, std::int64_t epoch) const;
 
  private:
   std::vector<TokenId> tokens_of(const Record& record, const std::string& field,
                                  const Tokenizer& tokenizer, bool add_special) const;
   void check_length(std::size_t tokens) const;
+  Example prepare_text(const Record& record) const;
+  Example prepare_infill(const Record& record) const;
+  std::vector<std::int32_t> order_of(const Record& record) const;  // the record's own, or empty
   TrainingBatch lay_out_encoder_decoder(std::span<const Example* const> examples) const;
   void corrupt(Batch& batch, std::span<const Example* const> examples, std::int64_t epoch,
                TrainingBatch& out) const;
