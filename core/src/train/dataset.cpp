@@ -21,8 +21,8 @@ SkipLog::SkipLog(std::string file, std::int64_t max_bad,
 
 namespace {
 
-// The kind of a skip reason, for the summary: the text before the first ':' or '(' or digit
-// run, e.g. "invalid UTF-8 at byte 3" -> "invalid UTF-8".
+// The kind of a skip reason, for the summary: the text before the first ':' or '(' or " at
+// byte", e.g. "invalid UTF-8 at byte 3" -> "invalid UTF-8".
 std::string kind_of(const std::string& reason) {
   std::size_t end = reason.find_first_of(":(");
   std::string kind = reason.substr(0, end);

@@ -195,8 +195,8 @@ Example Objective::prepare_infill(const Record& record) const {
         e.ids.begin(), e.ids.end(), [&](TokenId t) { return !source_.is_special(t); }));
     slots = words + static_cast<std::size_t>(options_.plm_target_slack);
     if (target.size() > slots)
-      throw RecordError("the target has " + std::to_string(target.size()) +
-                        " tokens, more than its " + std::to_string(slots) +
+      throw RecordError("target longer than its slots: " + std::to_string(target.size()) +
+                        " tokens, " + std::to_string(slots) +
                         " slots (source tokens + plm_target_slack)");
   }
   e.context.assign(e.ids.size(), 1);
