@@ -31,7 +31,7 @@ Examples:
   cat in.jsonl | masque run p.yaml --input-format jsonl --field text | jq .ppl
 
 With --model instead of PIPELINE, the pipeline is built from the model folder as it is: the
-model plugin that serves its config.json (`masque plugins` shows what each serves), the
+model plugin that serves its config.json (`masque plugins NAME` says what it serves), the
 tokenizer from the files present (tokenizer.json, tokenizer.model, vocab.json + merges.txt,
 vocab.txt, source_vocab.txt + target_vocab.txt; --tokenizer DIR looks in another folder), the
 task's default mask, and the decoder settings of generation_config.json. --dump-config prints
