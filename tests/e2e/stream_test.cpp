@@ -93,7 +93,7 @@ TEST_CASE("stream: lm-generate text equals a run without --stream, in input orde
   CHECK(with.out == plain.out);
 }
 
-TEST_CASE("stream: seq2seq greedy text equals a run without --stream; beam is refused",
+TEST_CASE("stream: seq2seq greedy text equals a run without --stream, beam is refused",
           "[e2e][stream]") {
   const std::string input = "س م ي ر\nن ا د ي ة\nم ح م د\n";
   const std::vector<std::string> args{"run",   ready("translate.yaml"), "--format", "text", "-q",
