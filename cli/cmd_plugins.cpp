@@ -10,6 +10,7 @@
 
 #include "common.hpp"
 #include "masque/error.hpp"
+#include "model_folder.hpp"
 #include "run/settings.hpp"
 #include "tasks/task.hpp"
 #include "train/settings.hpp"
@@ -102,6 +103,7 @@ nlohmann::ordered_json plugin_json(const PluginEntry& e) {
   j["file"] = e.file.string();
   j["abi"] = std::to_string(d.abi_major) + "." + std::to_string(d.abi_minor);
   j["fingerprint"] = d.fingerprint ? d.fingerprint : "";
+  if (const char* match = folder_match(e)) j["serves_folders"] = match;
   j["parameters"] = params_json(d.params, d.num_params);
   return j;
 }
@@ -115,6 +117,9 @@ void print_plugin(const PluginEntry& e) {
             << "  file         " << e.file.string() << "\n"
             << "  plugin ABI   " << d.abi_major << "." << d.abi_minor << "\n"
             << "  build        " << (d.fingerprint ? d.fingerprint : "") << "\n";
+  if (const char* match = folder_match(e))
+    std::cout << "  serves       model folders whose config.json has " << match
+              << " (masque run --model DIR)\n";
   print_params(d.params, d.num_params);
 }
 

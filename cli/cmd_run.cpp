@@ -1,17 +1,23 @@
 // masque run PIPELINE: stream a corpus through a pipeline.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 
 #include "common.hpp"
 #include "dist_run.hpp"
 #include "masque/error.hpp"
+#include "model_folder.hpp"
+#include "run/stream.hpp"
 #include "tasks/task.hpp"
 
 namespace masque::cli {
 
+namespace fs = std::filesystem;
+
 namespace {
 const char* kHelp = R"(Usage: masque run PIPELINE [options]
+       masque run --task TASK --model DIR [--tokenizer DIR] [options]
 
 Reads records (stdin by default), runs the pipeline's task on each, writes one output record
 per input record, in input order (stdout by default). Records that fail get an error record
@@ -24,6 +30,14 @@ Examples:
       --format nbest < words.txt
   cat in.jsonl | masque run p.yaml --input-format jsonl --field text | jq .ppl
 
+With --model instead of PIPELINE, the pipeline is built from the model folder as it is: the
+model plugin that serves its config.json (`masque plugins NAME` says what it serves), the
+tokenizer from the files present (tokenizer.json, tokenizer.model, vocab.json + merges.txt,
+vocab.txt, source_vocab.txt + target_vocab.txt; --tokenizer DIR looks in another folder), the
+task's default mask, and the decoder settings of generation_config.json. --dump-config prints
+it as a pipeline file to save and edit; `masque inspect DIR` shows what a folder holds.
+  echo "Once upon a time" | masque run --task lm-score --model models/stories260k
+
 Run settings (batching and input limits) go in the pipeline's `run:` section or --set run.KEY=V;
 `masque tasks` lists them. Older pipelines that set them under `task:` keep working (they are
 read as run settings; --dump-config says so on stderr).
@@ -34,18 +48,81 @@ cores, and rank 0 writes OUT, identical to one process's output, with the corpus
 all ranks. A failed run keeps its finished shards in OUT.parts/; --resume finishes it.
 Without MPI, --shard K/N runs shard K of N alone (for GNU parallel; concatenate the outputs).
 
+Resuming (one process): `masque run P -i IN -o OUT` records in OUT.parts/ what writes OUT until
+it finishes; after a kill, a crash or a failed write, the same command with --resume keeps OUT's
+complete records, drops a trailing partial one and runs the rest, so OUT ends byte for byte as an
+uninterrupted run's (jsonl, tsv or nbest output; the summary counts the records of this run).
+A different input or pipeline is refused.
+
 Exit codes: 0 ok; 1 some records failed; 2 usage or configuration error; 3 runtime failure;
 128+N interrupted by signal N (only complete records were written).
 )";
+
+// PIPELINE, or the pipeline built from --task and --model.
+Pipeline load_run_pipeline(const po::variables_map& vm, Registry& registry) {
+  LoadOptions load;
+  if (vm.count("set")) load.sets = vm["set"].as<std::vector<std::string>>();
+  load.allow_plugin_files = vm["allow-plugin-file"].as<bool>();
+  if (!vm.count("model")) {
+    if (vm.count("task") || vm.count("tokenizer"))
+      throw ConfigError("masque run: --task and --tokenizer go with --model DIR");
+    if (!vm.count("pipeline"))
+      throw ConfigError(
+          "masque run: missing PIPELINE, or --task TASK --model DIR (see masque run --help)");
+    return load_pipeline_file(vm["pipeline"].as<std::string>(), load, registry, task_specs());
+  }
+  if (vm.count("pipeline")) throw ConfigError("masque run: give PIPELINE or --model DIR, not both");
+  if (!vm.count("task"))
+    throw ConfigError("masque run --model: missing --task TASK (`masque tasks` lists them)");
+  FolderRequest request;
+  request.task = vm["task"].as<std::string>();
+  request.model_dir = vm["model"].as<std::string>();
+  if (vm.count("tokenizer")) request.tokenizer_dir = vm["tokenizer"].as<std::string>();
+  for (const auto& set : load.sets)
+    request.tokenizer_given = request.tokenizer_given || set.rfind("tokenizer.plugin=", 0) == 0;
+  const std::string yaml = folder_pipeline_yaml(request, registry, task_specs());
+  return load_pipeline({yaml, "--model " + request.model_dir.string(), fs::current_path()}, load,
+                       registry, task_specs());
+}
+
+// --stream writes the text of one hypothesis per record as the decoder chooses its tokens.
+void check_stream(const Pipeline& pipeline, const po::variables_map& vm) {
+  if (pipeline.task != "lm-generate" && pipeline.task != "seq2seq")
+    throw ConfigError("--stream: the task '" + pipeline.task +
+                      "' generates no text; --stream is for lm-generate and seq2seq");
+  if (vm["format"].as<std::string>() != "text")
+    throw ConfigError("--stream needs --format text (a JSON record is written whole)");
+  const PluginConfig& decoder = pipeline.at("decoder");
+  const std::string name = decoder.entry->descriptor->name;
+  if ((name != "greedy" && name != "sample") ||
+      (decoder.params.has("num_hypotheses") && decoder.params.get_int("num_hypotheses") != 1))
+    throw ConfigError(
+        "--stream needs a decoder that keeps one hypothesis (greedy, or sample "
+        "with num_hypotheses 1); '" +
+        name + "' settles its tokens only at the end");
+  if (vm.count("shard") || dist::launched_by_mpi())
+    throw ConfigError("--stream writes one output as it goes: not with --shard or mpirun");
+}
+
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
   po::options_description pipeline_opts("Pipeline");
   pipeline_opts.add_options()("help,h", "this help")(
+      "task", po::value<std::string>(),
+      "with --model: the task to run (lm-score, lm-generate, fill, seq2seq, ...; `masque tasks`)")(
+      "model", po::value<std::string>(),
+      "a model folder (config.json, weights, tokenizer files) to build the pipeline from, "
+      "instead of PIPELINE")("tokenizer", po::value<std::string>(),
+                             "with --model: the folder holding the tokenizer files (default: "
+                             "the model folder)")(
       "set,s", po::value<std::vector<std::string>>()->composing(),
       "section.key=value: set any declared parameter (repeatable; e.g. decoder.beam_size=4, "
       "decoder.plugin=beam, run.max_batch_size=8)")("dump-config", po::bool_switch(),
                                                     "print the fully resolved pipeline and exit")(
+      "stream", po::bool_switch(),
+      "lm-generate and seq2seq with --format text: write each record's text as its tokens are "
+      "chosen (greedy or sample decoding, one hypothesis), records still in input order")(
       "allow-plugin-file", po::bool_switch(),
       "allow `plugin:` values that name a library file instead of an installed plugin");
   po::options_description scale_opts("Scale-out");
@@ -53,8 +130,9 @@ int cmd_run(int argc, char** argv) {
                            "K/N: run only shard K (0-based) of N equal byte ranges of -i FILE; "
                            "record ids stay those of the whole file")(
       "resume", po::bool_switch(),
-      "finish a sharded run (mpirun, or one that failed) from the parts in OUT.parts/, "
-      "without redoing the shards that finished");
+      "finish an interrupted or failed run of -i FILE -o OUT: a single process keeps OUT's "
+      "complete records and runs the rest; a sharded run (mpirun) reruns only the shards "
+      "missing from OUT.parts/");
   po::options_description visible;
   visible.add(pipeline_opts).add(io_options()).add(scale_opts);
   po::options_description hidden;
@@ -66,19 +144,18 @@ int cmd_run(int argc, char** argv) {
     std::cout << kHelp << "\n" << visible << "\n";
     return kExitOk;
   }
-  if (!vm.count("pipeline"))
-    throw ConfigError("masque run: missing PIPELINE (see masque run --help)");
   auto registry = open_registry(vm["quiet"].as<bool>());
-  LoadOptions load;
-  if (vm.count("set")) load.sets = vm["set"].as<std::vector<std::string>>();
-  load.allow_plugin_files = vm["allow-plugin-file"].as<bool>();
-  Pipeline pipeline =
-      load_pipeline_file(vm["pipeline"].as<std::string>(), load, *registry, task_specs());
+  Pipeline pipeline = load_run_pipeline(vm, *registry);
   if (vm["dump-config"].as<bool>()) {
     for (const auto& note : pipeline.notes)
       std::fprintf(stderr, "masque: note: %s\n", note.c_str());
     std::cout << pipeline.dump();
     return kExitOk;
+  }
+  static StreamSink stream;
+  if (vm["stream"].as<bool>()) {
+    check_stream(pipeline, vm);
+    StreamSink::install(&stream);
   }
   if (vm.count("shard"))
     return run_one_shard(pipeline, *registry, vm, parse_shard_spec(vm["shard"].as<std::string>()));
@@ -90,9 +167,8 @@ int cmd_run(int argc, char** argv) {
           " processes mpirun started would run the whole corpus; rebuild with libopenmpi-dev "
           "installed (masque --version says whether MPI is compiled in), or use --shard K/N");
   }
-  if ((dist::launched_by_mpi() && dist::mpi_compiled()) || vm["resume"].as<bool>())
-    return run_sharded(pipeline, *registry, vm);
-  return run_pipeline(pipeline, *registry, vm);
+  if (dist::launched_by_mpi() && dist::mpi_compiled()) return run_sharded(pipeline, *registry, vm);
+  return run_single(pipeline, *registry, vm);
 }
 
 }  // namespace masque::cli

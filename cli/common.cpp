@@ -1,10 +1,13 @@
 #include "common.hpp"
 
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include "masque/error.hpp"
 #include "tasks/task.hpp"
@@ -50,15 +53,24 @@ po::options_description io_options() {
       "output: jsonl (one JSON object per record), text, tsv, nbest (id ||| text ||| score)")(
       "keep-fields", po::bool_switch(), "copy the input fields into each JSON output record")(
       "unbuffered", po::bool_switch(), "flush after every record")(
-      "threads,t", po::value<int>()->default_value(1),
-      "worker threads (batches run in parallel); under mpirun the default is this rank's share "
-      "of its machine's cores")(
+      "threads,t", po::value<int>(),
+      "worker threads (batches run in parallel); default: the cores this process may use "
+      "(its CPU affinity), under mpirun this rank's share of its machine's cores")(
       "intra-threads", po::value<int>()->default_value(1),
       "oneDNN threads inside each worker (helps one long batch; 1 is best for small models)")(
       "quiet,q", po::bool_switch(), "no progress line and no summary on stderr")(
       "fail-fast", po::bool_switch(), "stop at the first record that fails (exit code 1)")(
       "summary", po::value<std::string>(), "also write the corpus summary as JSON to this file");
   return o;
+}
+
+int default_threads(const dist::Communicator& comm) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) < cores)
+    return std::max(1, CPU_COUNT(&set));  // bound by a launcher or taskset: its cores are ours
+  return std::max(1, cores / std::max(1, comm.local_size()));
 }
 
 RunOptions run_options_from(const po::variables_map& vm, const Params& run_params) {
@@ -74,7 +86,7 @@ RunOptions run_options_from(const po::variables_map& vm, const Params& run_param
   o.batching = batching_from(run_params);
   o.format = parse_output_format(vm["format"].as<std::string>());
   o.unbuffered = vm["unbuffered"].as<bool>();
-  o.threads = vm["threads"].as<int>();
+  o.threads = vm.count("threads") ? vm["threads"].as<int>() : default_threads(dist::world());
   o.intra_threads = vm["intra-threads"].as<int>();
   if (o.threads < 1 || o.threads > 256) throw ConfigError("--threads: expected 1..256");
   if (o.intra_threads < 1 || o.intra_threads > 256)
@@ -117,7 +129,11 @@ void report_summary(const Task& task, const RunStats& stats, const RunOptions& o
       std::fprintf(stderr, "masque: cannot write the summary to %s\n",
                    options.summary_file.c_str());
   }
-  if (!options.quiet) std::fputs(summary_text(task, stats).c_str(), stderr);
+  if (options.quiet) return;
+  std::fputs(summary_text(task, stats).c_str(), stderr);
+  std::fprintf(stderr, "masque: %d worker thread%s, %d oneDNN thread%s each\n", options.threads,
+               options.threads == 1 ? "" : "s", options.intra_threads,
+               options.intra_threads == 1 ? "" : "s");
 }
 
 int finish_run(const RunStats& stats) {

@@ -8,6 +8,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "masque/dist.hpp"
 #include "pipeline.hpp"
 #include "registry.hpp"
 #include "run/runner.hpp"
@@ -24,6 +25,10 @@ std::unique_ptr<Registry> open_registry(bool quiet);
 po::variables_map parse(int argc, char** argv, const po::options_description& visible,
                         const po::options_description& hidden = {},
                         const po::positional_options_description& positional = {});
+
+// Worker threads when --threads is not given: the cores this process may use (its CPU
+// affinity, which mpirun and taskset narrow), shared among the ranks on this machine under MPI.
+int default_threads(const dist::Communicator& comm);
 
 // Options shared by run and tokenize: input/output, formats, threads, progress.
 po::options_description io_options();

@@ -1,7 +1,6 @@
 #include "dist_run.hpp"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,8 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <thread>
 
+#include "io/output.hpp"
 #include "masque/error.hpp"
 #include "run/parts.hpp"
 
@@ -80,6 +79,13 @@ json run_identity(const Pipeline& pipeline, const po::variables_map& vm, const s
   return id;
 }
 
+// The first key of `identity` whose value differs in the `old` manifest's run, or "".
+std::string identity_difference(const json& old, const json& identity) {
+  for (const auto& [key, value] : identity.items())
+    if (!old.contains("run") || old["run"].value(key, json()) != value) return key;
+  return "";
+}
+
 // Rank 0's plan, sent to every rank: the shard count and the shards already done, or an error.
 json make_plan(const PartsDir& parts, const json& identity, bool resume, int ranks) {
   json plan{{"shards", ranks}, {"done", json::array()}, {"note", ""}};
@@ -87,12 +93,11 @@ json make_plan(const PartsDir& parts, const json& identity, bool resume, int ran
   if (resume && old.is_null()) {
     plan["note"] = "nothing to resume in " + parts.path().string() + "; running from the start";
   } else if (resume) {
-    for (const auto& [key, value] : identity.items())
-      if (!old.contains("run") || old["run"].value(key, json()) != value) {
-        plan["error"] = parts.path().string() + " holds the parts of a different run (its " + key +
-                        " differs): run without --resume to start again, or remove the directory";
-        return plan;
-      }
+    if (const std::string key = identity_difference(old, identity); !key.empty()) {
+      plan["error"] = parts.path().string() + " holds the parts of a different run (its " + key +
+                      " differs): run without --resume to start again, or remove the directory";
+      return plan;
+    }
     const int shards = old.value("shards", 0);
     if (shards < 1) {
       plan["error"] = parts.path().string() + "/manifest.json: no shard count";
@@ -116,12 +121,10 @@ struct ShardOutcome {
   json figures;  // records, failed, tokens, the task's summary state
 };
 
-ShardOutcome run_shard(int shard, int count, const std::string& in, const ShardedInput& info,
-                       const Pipeline& pipeline, const Plugins& plugins, RunOptions options,
-                       std::FILE* out) {
-  const int fd = open_input(in);
-  const ShardRange range = shard_range(fd, info, shard, count);
-  ::close(fd);
+// Records [range.begin, range.end) of the input file through the task into `out`.
+ShardOutcome run_range(int shard, const ShardRange& range, const std::string& in,
+                       const ShardedInput& info, const Pipeline& pipeline, const Plugins& plugins,
+                       RunOptions options, std::FILE* out) {
   File input = input_at(in, range.begin);
   options.first_record = range.first_record;
   options.input_limit = range.end - range.begin;
@@ -143,6 +146,15 @@ ShardOutcome run_shard(int shard, int count, const std::string& in, const Sharde
                      {"tokens", outcome.stats.tokens},
                      {"state", task->summary_state()}};
   return outcome;
+}
+
+ShardOutcome run_shard(int shard, int count, const std::string& in, const ShardedInput& info,
+                       const Pipeline& pipeline, const Plugins& plugins, const RunOptions& options,
+                       std::FILE* out) {
+  const int fd = open_input(in);
+  const ShardRange range = shard_range(fd, info, shard, count);
+  ::close(fd);
+  return run_range(shard, range, in, info, pipeline, plugins, options, out);
 }
 
 // Why a shard stopped early, and the exit code that says so.
@@ -208,7 +220,6 @@ struct Job {
 int sharded(const Job& job) {
   dist::Communicator& comm = job.comm;
   RunOptions options = run_options_from(job.vm, job.pipeline.run_params);
-  if (job.vm["threads"].defaulted() && comm.uses_mpi()) options.threads = default_threads(comm);
   if (comm.rank() != 0) options.progress = false;
   const char* why = comm.uses_mpi() ? "masque run under mpirun" : "masque run --resume";
   const std::string in = input_file(job.vm, why);
@@ -341,16 +352,90 @@ int sharded(const Job& job) {
   std::_Exit(code);  // not reached: abort() does not return
 }
 
-}  // namespace
+// --- a single process writing -o FILE directly, resumable record by record -------------------
 
-int default_threads(const dist::Communicator& comm) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) < cores)
-    return std::max(1, CPU_COUNT(&set));  // bound by the launcher: its cores are this rank's
-  return std::max(1, cores / std::max(1, comm.local_size()));
+// Where the line ending just before `end` starts: after the previous '\n', or 0.
+std::uint64_t line_start(int fd, std::uint64_t end) {
+  char buffer[65536];
+  while (end > 0) {
+    const std::uint64_t begin = end > sizeof buffer ? end - sizeof buffer : 0;
+    const auto n = ::pread(fd, buffer, end - begin, static_cast<off_t>(begin));
+    if (n <= 0)
+      throw RuntimeError(std::string("cannot read the output file: ") + std::strerror(errno));
+    for (auto i = static_cast<std::uint64_t>(n); i > 0; --i)
+      if (buffer[i - 1] == '\n') return begin + i;
+    end = begin;
+  }
+  return 0;
 }
+
+std::string read_range(int fd, std::uint64_t begin, std::uint64_t end) {
+  std::string text(end - begin, '\0');
+  if (::pread(fd, text.data(), text.size(), static_cast<off_t>(begin)) !=
+      static_cast<ssize_t>(text.size()))
+    throw RuntimeError(std::string("cannot read the output file: ") + std::strerror(errno));
+  return text;
+}
+
+// The record id an output line starts with (jsonl: its "id"; tsv and nbest: the first field).
+std::uint64_t line_record_id(const std::string& line, OutputFormat format, const std::string& out) {
+  try {
+    if (format == OutputFormat::jsonl) return json::parse(line).at("id").get<std::uint64_t>();
+    std::size_t used = 0;
+    const std::uint64_t id = std::stoull(line, &used);
+    const char* after = format == OutputFormat::tsv ? "\t" : " ||| ";
+    if (line.compare(used, std::strlen(after), after) == 0) return id;
+  } catch (const std::exception&) {
+  }
+  throw ConfigError(out + ": its last complete line is not a record of this run's --format (" +
+                    line.substr(0, 80) + "); remove the file to start again");
+}
+
+// What --resume keeps of OUT: its complete records (a trailing partial line, and for nbest
+// every line of the last record, are dropped) and the id of the first record still to run.
+struct KeptOutput {
+  std::uint64_t bytes = 0;
+  std::uint64_t next_record = 0;
+};
+
+KeptOutput kept_output(const std::string& out, OutputFormat format) {
+  const int fd = ::open(out.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return {};
+    throw ConfigError(out + ": cannot open the output file: " + std::strerror(errno));
+  }
+  struct stat st {};
+  ::fstat(fd, &st);
+  KeptOutput kept;
+  try {
+    const std::uint64_t end = line_start(fd, static_cast<std::uint64_t>(st.st_size));
+    if (end > 0) {
+      std::uint64_t start = line_start(fd, end - 1);
+      const std::uint64_t id = line_record_id(read_range(fd, start, end - 1), format, out);
+      kept = {end, id + 1};
+      if (format == OutputFormat::nbest) {  // the last record's hypotheses may be incomplete
+        while (start > 0) {
+          const std::uint64_t before = line_start(fd, start - 1);
+          if (line_record_id(read_range(fd, before, start - 1), format, out) != id) break;
+          start = before;
+        }
+        kept = {start, id};
+      }
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return kept;
+}
+
+bool regular_or_missing(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) != 0 ? errno == ENOENT : S_ISREG(st.st_mode);
+}
+
+}  // namespace
 
 int run_sharded(const Pipeline& pipeline, const Registry& registry, const po::variables_map& vm) {
   dist::Communicator& comm = dist::world();
@@ -398,6 +483,77 @@ int run_one_shard(const Pipeline& pipeline, const Registry& registry, const po::
     throw RuntimeError(temp + ": cannot write: " + std::strerror(errno));
   file.reset();
   if (!temp.empty()) fs::rename(temp, out);
+  auto total = create_task(pipeline, plugins);
+  total->merge_summary_state(o.figures["state"]);
+  report_summary(*total, o.stats, options);
+  return finish_run(o.stats);
+}
+
+int run_single(const Pipeline& pipeline, const Registry& registry, const po::variables_map& vm) {
+  const bool resume = vm["resume"].as<bool>();
+  const std::string in = vm["input"].as<std::string>();
+  const std::string out = vm["output"].as<std::string>();
+  RunOptions options = run_options_from(vm, pipeline.run_params);
+  const bool text = options.format == OutputFormat::text;
+  struct stat st {};
+  const bool input_is_file = in != "-" && ::stat(in.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  if (!resume && (!input_is_file || out == "-" || !regular_or_missing(out) || text))
+    return run_pipeline(pipeline, registry, vm);  // nothing a later --resume could continue
+  const PartsDir parts(out);
+  json old;
+  if (resume) {
+    input_file(vm, "masque run --resume");
+    if (out == "-") throw ConfigError("masque run --resume needs -o FILE: the output to continue");
+    old = parts.manifest();
+    if (!old.is_null() && !old.value("direct", false))
+      return run_sharded(pipeline, registry, vm);  // the parts of a sharded run
+    if (text)
+      throw ConfigError(
+          "masque run --resume: --format text cannot be resumed (a record's text may span "
+          "lines); use jsonl, tsv or nbest");
+    if (old.is_null() && fs::exists(out))
+      throw ConfigError("nothing to resume: " + out + " has no unfinished run recorded in " +
+                        parts.path().string() +
+                        " (a finished run removes it); run without --resume to write it again");
+  }
+  const json identity = run_identity(pipeline, vm, in);
+  if (!old.is_null())
+    if (const std::string key = identity_difference(old, identity); !key.empty())
+      throw ConfigError(out + " was written by a different run (its " + key + " differs, see " +
+                        parts.path().string() +
+                        "/manifest.json): run without --resume to start again");
+  const KeptOutput kept = old.is_null() ? KeptOutput{} : kept_output(out, options.format);
+  const int fd = open_input(in);
+  const ShardedInput info = inspect_input(fd, options.input);
+  const ShardRange range{record_begin(fd, info, kept.next_record), info.size, kept.next_record};
+  ::close(fd);
+  Plugins plugins = create_plugins(pipeline, registry);  // configuration errors before any file
+  if (old.is_null()) parts.create(json{{"shards", 1}, {"direct", true}, {"run", identity}});
+  if (resume && !options.quiet)
+    std::fprintf(stderr, "masque: note: %s\n",
+                 old.is_null() ? "nothing to resume; running from the start"
+                               : ("resuming at record " + std::to_string(kept.next_record) +
+                                  " (the records before it are kept in " + out + ")")
+                                     .c_str());
+  File file(std::fopen(out.c_str(), old.is_null() ? "wb" : "r+b"));
+  if (!file ||
+      (!old.is_null() && (::ftruncate(fileno(file.get()), static_cast<off_t>(kept.bytes)) != 0 ||
+                          std::fseek(file.get(), 0, SEEK_END) != 0)))
+    throw ConfigError(out + ": cannot open the output file: " + std::strerror(errno));
+  install_signal_handlers();
+  ShardOutcome o = run_range(0, range, in, info, pipeline, plugins, options, file.get());
+  if (!o.stats.complete()) {
+    static_cast<void>(file.release());
+    std::fprintf(stderr,
+                 "masque: %s holds the complete records so far: run the same command with "
+                 "--resume to finish\n",
+                 out.c_str());
+    return finish_run(o.stats);
+  }
+  if (std::fflush(file.get()) != 0)
+    throw RuntimeError(out + ": cannot write: " + std::strerror(errno));
+  file.reset();
+  fs::remove_all(parts.path());
   auto total = create_task(pipeline, plugins);
   total->merge_summary_state(o.figures["state"]);
   report_summary(*total, o.stats, options);

@@ -18,6 +18,7 @@ int cmd_mask(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
 int cmd_train(int argc, char** argv);
+int cmd_inspect(int argc, char** argv);
 }  // namespace masque::cli
 
 namespace {
@@ -28,6 +29,8 @@ Usage: masque COMMAND [OPTIONS]
 
 Commands:
   run PIPELINE      stream a corpus through a pipeline (score, generate, fill, seq2seq, ...)
+  run --task T --model DIR   the same with the pipeline built from a model folder
+  inspect DIR       a model folder: architecture, plugin, parameters, vocabulary, tasks
   train PIPELINE    train or fine-tune the pipeline's model under its mask (resumable)
   plugins [NAME]    list the plugins, or show one plugin's parameters
   tasks [NAME]      list the tasks a pipeline can run, or show one task's parameters
@@ -42,6 +45,8 @@ Options:
 Examples:
   echo | masque run pipelines/lm-generate.yaml --format text
   echo "Once upon a time" | masque run pipelines/lm-score.yaml
+  echo "Once upon a time" | masque run --task lm-score --model models/stories260k
+  masque inspect models/stories260k
   masque plugins beam
   masque mask --strategy permutation --order 3,1,4,2,0 北 京 欢 迎 你
 
@@ -77,6 +82,7 @@ int main(int argc, char** argv) {
     if (command == "tokenize") return cli::cmd_tokenize(argc - 1, argv + 1);
     if (command == "eval") return cli::cmd_eval(argc - 1, argv + 1);
     if (command == "train") return cli::cmd_train(argc - 1, argv + 1);
+    if (command == "inspect") return cli::cmd_inspect(argc - 1, argv + 1);
     std::fprintf(stderr, "masque: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return kExitUsage;
   } catch (const boost::program_options::error& e) {

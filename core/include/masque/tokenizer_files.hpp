@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace masque::tok {
 
@@ -33,6 +34,30 @@ inline std::optional<TokenizerChoice> pick_tokenizer(const std::filesystem::path
     return TokenizerChoice{"bpe", "vocab.json and merges.txt"};
   if (has("vocab.txt")) return TokenizerChoice{"wordpiece", "vocab.txt"};
   return std::nullopt;
+}
+
+// A tokenizer section as a pipeline built from a model folder writes it (model_folder.cpp).
+struct TokenizerSection {
+  std::string section;  // "tokenizer" or "target_tokenizer"
+  std::string plugin;
+  std::string key;   // the parameter naming the file or folder: "path" or "vocab"
+  std::string file;  // relative to the folder; "" = the folder itself
+};
+
+// The tokenizer sections that read `folder`; empty when it has no tokenizer file. A folder
+// pick_tokenizer reads gives one `tokenizer:` section with `path:`; a folder with separate
+// source and target vocabularies (source_vocab.txt and target_vocab.txt, one token per line, as
+// OpenNMT / CTranslate2 write them) gives `tokenizer:` and `target_tokenizer:` of the vocab
+// plugin.
+inline std::vector<TokenizerSection> pick_tokenizer_sections(const std::filesystem::path& folder) {
+  if (auto choice = pick_tokenizer(folder)) return {{"tokenizer", choice->plugin, "path", ""}};
+  std::error_code ec;
+  std::vector<TokenizerSection> sections;
+  if (std::filesystem::is_regular_file(folder / "source_vocab.txt", ec))
+    sections.push_back({"tokenizer", "vocab", "vocab", "source_vocab.txt"});
+  if (!sections.empty() && std::filesystem::is_regular_file(folder / "target_vocab.txt", ec))
+    sections.push_back({"target_tokenizer", "vocab", "vocab", "target_vocab.txt"});
+  return sections;
 }
 
 }  // namespace masque::tok

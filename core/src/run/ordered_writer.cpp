@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "run/progress.hpp"
+#include "run/stream.hpp"
 
 namespace masque {
 
@@ -62,6 +63,7 @@ OrderedWriter::OrderedWriter(ResultQueue& queue, std::FILE* out, WriterOptions o
 
 void OrderedWriter::run() {
   OutputWriter out(out_, options_.unbuffered);
+  if (StreamSink* stream = StreamSink::active()) stream->attach(&out, options_.first_record);
   Progress progress;
   Result result;
   for (std::uint64_t next = options_.first_record; queue_.take(result, next, stop_); ++next) {
@@ -75,6 +77,7 @@ void OrderedWriter::run() {
   }
   if (!out.flush() && stats_.output_error.empty()) stats_.output_error = out.error();
   if (options_.progress) progress.clear();
+  if (StreamSink* stream = StreamSink::active()) stream->attach(nullptr, 0);  // `out` ends here
   queue_.wake();
 }
 
@@ -85,7 +88,9 @@ bool OrderedWriter::write(Result& result, OutputWriter& out) {
       if (!merged.contains(k)) merged[k] = v;
     result.object = std::move(merged);
   }
-  if (!out.write(render(result, options_.format, options_.tsv_columns))) {
+  StreamSink* stream = StreamSink::active();
+  const std::string bytes = render(result, options_.format, options_.tsv_columns);
+  if (stream ? !stream->finish(result.id, bytes) : !out.write(bytes)) {
     stats_.output_error = out.error();
     return false;
   }

@@ -122,6 +122,25 @@ std::uint64_t count_line_ends(int fd, std::uint64_t begin, std::uint64_t end) {
   return lines;
 }
 
+std::uint64_t record_begin(int fd, const ShardedInput& input, std::uint64_t record) {
+  std::vector<char> buffer(kChunk);
+  std::uint64_t at = input.data_begin;
+  while (record > 0 && at < input.size) {
+    const std::size_t n = read_at(fd, buffer.data(), buffer.size(), at);
+    if (n == 0) break;
+    const char* p = buffer.data();
+    const char* end = p + n;
+    while (record > 0) {
+      const void* nl = std::memchr(p, '\n', static_cast<std::size_t>(end - p));
+      if (!nl) break;
+      p = static_cast<const char*>(nl) + 1;
+      --record;
+    }
+    at += record > 0 ? n : static_cast<std::uint64_t>(p - buffer.data());
+  }
+  return record > 0 ? input.size : at;
+}
+
 ShardRange shard_range(int fd, const ShardedInput& input, int index, int count) {
   ShardRange range;
   range.begin = shard_begin(fd, input, index, count);

@@ -38,6 +38,9 @@ struct ShardRange {
 std::uint64_t shard_begin(int fd, const ShardedInput& input, int index, int count);
 // The number of line ends in [begin, end): the records before `end` when begin is a boundary.
 std::uint64_t count_line_ends(int fd, std::uint64_t begin, std::uint64_t end);
+// Where record `record` (counted from data_begin) starts: just after its record-th line end;
+// the end of the file when it has fewer records (what --resume continues from).
+std::uint64_t record_begin(int fd, const ShardedInput& input, std::uint64_t record);
 // The whole range, its first record counted from the start of the data.
 ShardRange shard_range(int fd, const ShardedInput& input, int index, int count);
 

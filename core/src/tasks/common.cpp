@@ -1,5 +1,7 @@
 #include "tasks/common.hpp"
 
+#include "run/stream.hpp"
+
 #include <algorithm>
 #include <limits>
 
@@ -189,11 +191,22 @@ ModelStepper::ModelStepper(const Model& model, std::unique_ptr<DecodeState> stat
   }
   if (start_token >= 0) {
     std::vector<TokenId> start(records_.size(), start_token);
-    advance(start);
+    step(start);  // not a chosen token: not streamed
   }
 }
 
 void ModelStepper::advance(std::span<const TokenId> tokens) {
+  // --stream: one row per record while a greedy or sampling decoder keeps one hypothesis.
+  if (StreamSink* stream = StreamSink::active(); stream && !forked_) {
+    std::vector<std::uint64_t> ids(row_records_.size());
+    for (std::size_t row = 0; row < ids.size(); ++row)
+      ids[row] = records_[static_cast<std::size_t>(row_records_[row])].id;
+    stream->tokens(ids, tokens);
+  }
+  step(tokens);
+}
+
+void ModelStepper::step(std::span<const TokenId> tokens) {
   StepInput input;
   input.tokens = tokens;
   if (step_token_type_ >= 0) {
@@ -231,6 +244,7 @@ std::unique_ptr<Stepper> ModelStepper::fork() const {
                                              logits_.empty() ? Tensor() : logits_.clone(), records_,
                                              end_tokens_, -1, step_token_type_);
   copy->row_records_ = row_records_;
+  copy->forked_ = true;  // a search's private branch: its tokens are not the output's
   return copy;
 }
 

@@ -111,6 +111,7 @@ class ModelStepper final : public Stepper {
   std::unique_ptr<Stepper> fork() const override;
 
  private:
+  void step(std::span<const TokenId> tokens);  // feeds the model, nothing else
   const Model& model_;
   std::unique_ptr<DecodeState> state_;
   Tensor logits_;
@@ -121,6 +122,7 @@ class ModelStepper final : public Stepper {
   std::vector<std::int32_t> types_;
   std::vector<std::int32_t> row_records_;  // the record of each row
   bool restricted_ = false;                // some record has an `allowed` set
+  bool forked_ = false;                    // made by fork(): not streamed
 };
 
 // JSON for a decoded hypothesis list (shared by lm-generate and seq2seq).

@@ -1,6 +1,7 @@
 // Task `lm-generate`: continue each record (an empty one starts from BOS) with a decoder.
 #include "masque/decoding.hpp"
 #include "masque/error.hpp"
+#include "run/stream.hpp"
 #include "tasks/common.hpp"
 
 namespace masque {
@@ -20,6 +21,9 @@ class LmGenerateTask final : public Task {
       throw ConfigError("lm-generate decodes incrementally, which the mask strategy '" +
                         pipeline.at("mask").entry->key() + "' does not allow (use causal)");
     check_decoder_tokens(pipeline.at("decoder").params, model_.info().vocab_size);
+    if (StreamSink* stream = StreamSink::active())
+      stream->set_detokenize(
+          [t = tokenizer_](std::span<const TokenId> ids) { return detokenize(t, ids); });
   }
 
   void prepare(Item& item) const override {

@@ -4,6 +4,7 @@
 // is forced first.
 #include "masque/decoding.hpp"
 #include "masque/error.hpp"
+#include "run/stream.hpp"
 #include "tasks/seq2seq_input.hpp"
 #include "tasks/seq2seq_route.hpp"
 #include "tasks/vocabulary_map.hpp"
@@ -36,6 +37,9 @@ class Seq2SeqTask final : public Task {
         throw ConfigError("vmap: a vocabulary map needs the source and target tokenizers");
       vmap_ = std::make_unique<VocabularyMap>(vmap, *target_tokenizer_, model_.info());
     }
+    if (StreamSink* stream = StreamSink::active())
+      stream->set_detokenize(
+          [t = target_tokenizer_](std::span<const TokenId> ids) { return detokenize(t, ids); });
   }
 
   void prepare(Item& item) const override {

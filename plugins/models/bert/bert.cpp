@@ -140,4 +140,4 @@ const masque::ParamSpec kParams[] = {
 
 MASQUE_MODEL_PLUGIN("bert", "1.1.0",
                     "BERT with its MLM head: encodings and token predictions under any mask",
-                    kParams, create)
+                    "model_type=bert", kParams, create)

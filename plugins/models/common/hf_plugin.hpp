@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "hf_config.hpp"
+#include "masque/folder_match.hpp"
 #include "masque/params.hpp"
 #include "masque/plugin.hpp"
 #include "masque/train/network.hpp"
@@ -63,21 +64,23 @@ constexpr ParamSpec path_param(const char* help) {
 
 }  // namespace masque::models
 
-// The descriptor of a model plugin: NAME, VERSION, DESCRIPTION, a ParamSpec array and create.
-#define MASQUE_MODEL_PLUGIN(NAME, VERSION, DESCRIPTION, PARAMS, CREATE) \
-  namespace {                                                           \
-  const masque::PluginDescriptor* descriptor() {                        \
-    static const masque::PluginDescriptor d{                            \
-        .kind = masque::PluginKind::model,                              \
-        .name = NAME,                                                   \
-        .version = VERSION,                                             \
-        .license = "MIT",                                               \
-        .description = DESCRIPTION,                                     \
-        .params = PARAMS,                                               \
-        .num_params = sizeof(PARAMS) / sizeof(PARAMS[0]),               \
-        .create = CREATE,                                               \
-    };                                                                  \
-    return &d;                                                          \
-  }                                                                     \
-  }                                                                     \
-  MASQUE_PLUGIN(descriptor)
+// The descriptor of a model plugin: NAME, VERSION, DESCRIPTION, the folders it serves
+// (masque/folder_match.hpp, e.g. "model_type=gpt2"), a ParamSpec array and create.
+#define MASQUE_MODEL_PLUGIN(NAME, VERSION, DESCRIPTION, FOLDER_MATCH, PARAMS, CREATE) \
+  namespace {                                                                         \
+  const masque::PluginDescriptor* descriptor() {                                      \
+    static const masque::PluginDescriptor d{                                          \
+        .kind = masque::PluginKind::model,                                            \
+        .name = NAME,                                                                 \
+        .version = VERSION,                                                           \
+        .license = "MIT",                                                             \
+        .description = DESCRIPTION,                                                   \
+        .params = PARAMS,                                                             \
+        .num_params = sizeof(PARAMS) / sizeof(PARAMS[0]),                             \
+        .create = CREATE,                                                             \
+    };                                                                                \
+    return &d;                                                                        \
+  }                                                                                   \
+  }                                                                                   \
+  MASQUE_PLUGIN(descriptor)                                                           \
+  MASQUE_FOLDER_MATCH(FOLDER_MATCH)

@@ -87,5 +87,5 @@ const masque::ParamSpec kParams[] = {
 }  // namespace
 
 MASQUE_MODEL_PLUGIN("gpt2", "1.1.0",
-                    "GPT-2 causal language model (Hugging Face GPT2LMHeadModel folder)", kParams,
-                    create)
+                    "GPT-2 causal language model (Hugging Face GPT2LMHeadModel folder)",
+                    "model_type=gpt2", kParams, create)

@@ -37,5 +37,5 @@ const masque::ParamSpec kParams[] = {
 }  // namespace
 
 MASQUE_MODEL_PLUGIN("llama", "1.1.0",
-                    "Llama causal language model (Hugging Face LlamaForCausalLM folder)", kParams,
-                    create)
+                    "Llama causal language model (Hugging Face LlamaForCausalLM folder)",
+                    "model_type=llama", kParams, create)

@@ -182,4 +182,4 @@ const masque::ParamSpec kParams[] = {
 MASQUE_MODEL_PLUGIN("marian", "1.0.0",
                     "Marian / OPUS-MT translation encoder-decoder (Hugging Face MarianMTModel "
                     "folder): sinusoidal positions, post-norm blocks, final_logits_bias",
-                    kParams, create)
+                    "model_type=marian", kParams, create)

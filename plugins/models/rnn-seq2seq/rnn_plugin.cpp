@@ -1,6 +1,7 @@
 // Model plugin `rnn-seq2seq`: LSTM/GRU encoder-decoders with Bahdanau or Luong attention and
 // input feeding (OpenNMT-py / Nematus-style RNN translation models), on oneDNN's RNN
 // primitives. config.json keys and tensor names: README.md.
+#include "masque/folder_match.hpp"
 #include "masque/params.hpp"
 #include "masque/plugin.hpp"
 #include "rnn_model.hpp"
@@ -40,3 +41,4 @@ const masque::PluginDescriptor* descriptor() {
 }  // namespace
 
 MASQUE_PLUGIN(descriptor)
+MASQUE_FOLDER_MATCH("architecture=rnn-seq2seq")

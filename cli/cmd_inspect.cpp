@@ -1,0 +1,238 @@
+// masque inspect DIR: what a model folder holds and what masque can do with it.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "common.hpp"
+#include "masque/error.hpp"
+#include "masque/model.hpp"
+#include "masque/tokenizer.hpp"
+#include "masque/tokenizer_files.hpp"
+#include "masque/transformer/model.hpp"
+#include "model_folder.hpp"
+#include "tasks/task.hpp"
+
+namespace masque::cli {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+const char* kHelp = R"(Usage: masque inspect DIR [--tokenizer DIR] [--json]
+
+Describes a model folder: its architecture (config.json), the model plugin that serves it, the
+parameter count, the tensors' dtypes and total size, the vocabulary size, the maximum number of
+positions, the special tokens, the tokenizer its files name, and the tasks it can run with
+`masque run --task TASK --model DIR`. The model is loaded, so a folder that passes also runs.
+
+Examples:
+  masque inspect ../shared/models/stories260k
+  masque inspect ../shared/models/tiny-gpt2 --tokenizer ../shared/tokenizers/gpt2 --json
+)";
+
+std::string human_bytes(std::uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  char text[32];
+  std::snprintf(text, sizeof text, u ? "%.2f %s" : "%.0f %s", v, units[u]);
+  return text;
+}
+
+// Parameter count, dtypes and bytes of the folder's safetensors checkpoint.
+json weights_json(const fs::path& dir) {
+  const SafeTensors weights = transformer::open_checkpoint(dir);
+  std::uint64_t parameters = 0, bytes = 0;
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by_dtype;  // tensors, bytes
+  std::set<std::string> files;
+  for (const auto& name : weights.names()) {
+    const SafeTensorEntry& e = weights.entry(name);
+    std::uint64_t count = 1;
+    for (auto d : e.shape) count *= static_cast<std::uint64_t>(d);
+    parameters += count;
+    bytes += e.size;
+    by_dtype[e.dtype_name].first += 1;
+    by_dtype[e.dtype_name].second += e.size;
+    files.insert(e.file.filename().string());
+  }
+  json dtypes = json::object();
+  for (const auto& [dtype, figures] : by_dtype)
+    dtypes[dtype] = {{"tensors", figures.first}, {"bytes", figures.second}};
+  return {{"files", files},
+          {"tensors", weights.size()},
+          {"parameters", parameters},
+          {"bytes", bytes},
+          {"dtypes", dtypes}};
+}
+
+// The tokenizer the folder's files name, created, or null (with the reason in `j`).
+std::unique_ptr<Tokenizer> open_tokenizer(const fs::path& dir, const Registry& registry, json& j) {
+  const auto sections = tok::pick_tokenizer_sections(dir);
+  if (sections.empty()) {
+    j = {{"error", "no tokenizer files in " + dir.string() + " (use --tokenizer DIR)"}};
+    return nullptr;
+  }
+  const auto& s = sections.front();
+  const PluginEntry& entry = registry.find(PluginKind::tokenizer, s.plugin);
+  Params params = default_params(*entry.descriptor);
+  params.set(s.key, (s.file.empty() ? dir : dir / s.file).string());
+  std::unique_ptr<Plugin> plugin = registry.create(entry, params);
+  auto tokenizer = std::unique_ptr<Tokenizer>(static_cast<Tokenizer*>(plugin.release()));
+  j = {{"plugin", s.plugin},
+       {"files", s.file.empty() ? tok::pick_tokenizer(dir)->file : s.file},
+       {"vocab_size", tokenizer->vocab_size()}};
+  if (sections.size() > 1) j["target_files"] = sections[1].file;
+  return tokenizer;
+}
+
+json special_tokens_json(const ModelInfo& info, const Tokenizer* tokenizer) {
+  json j = json::object();
+  auto add = [&](const char* name, TokenId id) {
+    if (id < 0) return;
+    json t{{"id", id}};
+    if (tokenizer) t["piece"] = tokenizer->id_to_piece(id);
+    j[name] = t;
+  };
+  add("bos", info.bos);
+  add("eos", info.eos);
+  add("pad", info.pad);
+  add("decoder_start", info.decoder_start);
+  if (tokenizer) {
+    const SpecialTokens& s = tokenizer->special_tokens();
+    for (auto [name, id] :
+         {std::pair{"unk", s.unk}, {"mask", s.mask}, {"cls", s.cls}, {"sep", s.sep}})
+      if (!j.contains(name)) add(name, id);
+  }
+  return j;
+}
+
+json tasks_json(ModelKind kind) {
+  json tasks = json::array();
+  for (const TaskSpec& t : task_specs()) {
+    const auto& r = t.required_sections;
+    if (std::find(r.begin(), r.end(), "model") == r.end()) continue;
+    if (!t.model_kinds.empty() &&
+        std::find(t.model_kinds.begin(), t.model_kinds.end(), kind) == t.model_kinds.end())
+      continue;
+    tasks.push_back(t.name);
+  }
+  return tasks;
+}
+
+json inspect(const fs::path& dir, const fs::path& tokenizer_dir, const Registry& registry) {
+  const FolderArchitecture architecture = read_architecture(dir);
+  const PluginEntry& plugin = model_plugin_for(dir, registry);
+  json j;
+  j["folder"] = dir.string();
+  j["model_type"] = architecture.model_type;
+  j["architectures"] = architecture.architectures;
+  j["plugin"] = plugin.descriptor->name;
+  j["weights"] = weights_json(dir);
+  json tokenizer_info;
+  const auto tokenizer = open_tokenizer(tokenizer_dir, registry, tokenizer_info);
+  Params params = default_params(*plugin.descriptor);
+  params.set("path", dir.string());
+  std::unique_ptr<Plugin> created = registry.create(plugin, params);
+  const ModelInfo& info = static_cast<Model&>(*created).info();
+  j["kind"] = model_kind_name(info.kind);
+  j["vocab_size"] = info.vocab_size;
+  if (info.source_vocab_size != info.vocab_size) j["source_vocab_size"] = info.source_vocab_size;
+  j["hidden_size"] = info.hidden_size;
+  j["layers"] = info.num_layers;
+  j["max_positions"] = info.max_positions;
+  j["special_tokens"] = special_tokens_json(info, tokenizer.get());
+  j["tokenizer"] = tokenizer_info;
+  j["tasks"] = tasks_json(info.kind);
+  return j;
+}
+
+std::string join(const json& list) {
+  std::string text;
+  for (const auto& v : list) text += (text.empty() ? "" : ", ") + v.get<std::string>();
+  return text;
+}
+
+void print_text(const json& j) {
+  const json& w = j["weights"];
+  std::printf("folder          %s\n", j["folder"].get<std::string>().c_str());
+  std::printf("architecture    %s%s%s\n", j["model_type"].get<std::string>().c_str(),
+              j["model_type"].get<std::string>().empty() ? "" : " ",
+              j["architectures"].empty() ? "" : ("(" + join(j["architectures"]) + ")").c_str());
+  std::printf("plugin          %s (%s)\n", j["plugin"].get<std::string>().c_str(),
+              j["kind"].get<std::string>().c_str());
+  std::printf("parameters      %llu in %llu tensors (%s)\n",
+              static_cast<unsigned long long>(w["parameters"].get<std::uint64_t>()),
+              static_cast<unsigned long long>(w["tensors"].get<std::uint64_t>()),
+              join(w["files"]).c_str());
+  std::string dtypes;
+  for (const auto& [dtype, f] : w["dtypes"].items())
+    dtypes += (dtypes.empty() ? "" : ", ") + dtype + " " + std::to_string(f["tensors"].get<int>()) +
+              " tensors " + human_bytes(f["bytes"].get<std::uint64_t>());
+  std::printf("dtypes          %s; total %s\n", dtypes.c_str(),
+              human_bytes(w["bytes"].get<std::uint64_t>()).c_str());
+  std::printf("layers          %d, hidden size %d\n", j["layers"].get<int>(),
+              j["hidden_size"].get<int>());
+  std::string vocab = std::to_string(j["vocab_size"].get<int>());
+  if (j.contains("source_vocab_size"))
+    vocab = "source " + std::to_string(j["source_vocab_size"].get<int>()) + ", target " + vocab;
+  std::printf("vocabulary      %s\n", vocab.c_str());
+  const int positions = j["max_positions"].get<int>();
+  std::printf("max positions   %s\n", positions ? std::to_string(positions).c_str() : "unlimited");
+  std::string specials;
+  for (const auto& [name, t] : j["special_tokens"].items()) {
+    specials += (specials.empty() ? "" : ", ") + name + " " + std::to_string(t["id"].get<int>());
+    if (t.contains("piece")) specials += " " + json(t["piece"]).dump();
+  }
+  std::printf("special tokens  %s\n", specials.empty() ? "(none)" : specials.c_str());
+  const json& t = j["tokenizer"];
+  if (t.contains("error"))
+    std::printf("tokenizer       none: %s\n", t["error"].get<std::string>().c_str());
+  else
+    std::printf("tokenizer       %s (%s%s), %d tokens\n", t["plugin"].get<std::string>().c_str(),
+                t["files"].get<std::string>().c_str(),
+                t.contains("target_files")
+                    ? (", target " + t["target_files"].get<std::string>()).c_str()
+                    : "",
+                t["vocab_size"].get<int>());
+  std::printf("tasks           %s\n", join(j["tasks"]).c_str());
+}
+
+}  // namespace
+
+int cmd_inspect(int argc, char** argv) {
+  po::options_description o("Options");
+  o.add_options()("help,h", "this help")("tokenizer", po::value<std::string>(),
+                                         "the folder holding the tokenizer files (default: DIR)")(
+      "json", po::bool_switch(), "print one JSON object instead of the text");
+  po::options_description hidden;
+  hidden.add_options()("dir", po::value<std::string>());
+  po::positional_options_description pos;
+  pos.add("dir", 1);
+  po::variables_map vm = parse(argc, argv, o, hidden, pos);
+  if (vm.count("help")) {
+    std::cout << kHelp << "\n" << o << "\n";
+    return kExitOk;
+  }
+  if (!vm.count("dir"))
+    throw ConfigError("masque inspect: missing DIR (see masque inspect --help)");
+  const fs::path dir = fs::absolute(vm["dir"].as<std::string>()).lexically_normal();
+  const fs::path tokenizer_dir =
+      vm.count("tokenizer") ? fs::absolute(vm["tokenizer"].as<std::string>()).lexically_normal()
+                            : dir;
+  auto registry = open_registry(false);
+  const json j = inspect(dir, tokenizer_dir, *registry);
+  if (vm["json"].as<bool>())
+    std::cout << j.dump(2) << "\n";
+  else
+    print_text(j);
+  return kExitOk;
+}
+
+}  // namespace masque::cli

@@ -1,0 +1,246 @@
+// Pipelines built from a model folder (`masque run --task T --model DIR`) give what the ready
+// pipelines give, --dump-config prints a pipeline that runs unchanged, and folders that match
+// no plugin, two plugins, or no tokenizer are clear errors. `masque inspect DIR` describes the
+// shared folders.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "masque/transformer/model.hpp"
+#include "test_support.hpp"
+
+using namespace masque::test;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string model(const char* name) {
+  return (shared_dir() / "models" / name).string();
+}
+std::string tokenizer(const char* name) {
+  return (shared_dir() / "tokenizers" / name).string();
+}
+std::string ready(const char* name) {
+  return (source_dir() / "pipelines" / name).string();
+}
+
+// Runs both argument lists on the same input; both must succeed with the same stdout.
+void check_same_output(const std::vector<std::string>& from_folder,
+                       const std::vector<std::string>& from_pipeline, const std::string& input) {
+  const auto a = run_masque(from_folder, input);
+  const auto b = run_masque(from_pipeline, input);
+  INFO(a.err);
+  INFO(b.err);
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(b.exit_code == 0);
+  CHECK(!a.out.empty());
+  CHECK(a.out == b.out);
+}
+
+}  // namespace
+
+TEST_CASE("model folder: stories260k lm-score equals pipelines/lm-score.yaml", "[e2e][folder]") {
+  const std::string text = "Once upon a time\nthere was a little girl named Lily.\n";
+  check_same_output({"run", "--task", "lm-score", "--model", model("stories260k"), "-q"},
+                    {"run", ready("lm-score.yaml"), "-q"}, text);
+}
+
+TEST_CASE(
+    "model folder: stories260k lm-generate takes generation_config.json and the task's "
+    "decoder",
+    "[e2e][folder]") {
+  const auto dump = run_masque(
+      {"run", "--task", "lm-generate", "--model", model("stories260k"), "--dump-config"});
+  INFO(dump.err);
+  REQUIRE(dump.exit_code == 0);
+  CHECK_THAT(dump.out, Catch::Contains("plugin: llama") &&
+                           Catch::Contains("plugin: sentencepiece") &&
+                           Catch::Contains("plugin: causal") && Catch::Contains("plugin: greedy"));
+  check_same_output(
+      {"run", "--task", "lm-generate", "--model", model("stories260k"), "--set",
+       "decoder.max_new_tokens=256", "--set", "decoder.end_tokens=1,2", "-q", "--format", "text"},
+      {"run", ready("lm-generate.yaml"), "-q", "--format", "text"}, "Once upon a time\n");
+}
+
+TEST_CASE("model folder: --dump-config prints a pipeline that runs unchanged", "[e2e][folder]") {
+  const auto dir = scratch_dir("folder_dump");
+  const auto dump =
+      run_masque({"run", "--task", "lm-score", "--model", model("stories260k"), "--dump-config"});
+  INFO(dump.err);
+  REQUIRE(dump.exit_code == 0);
+  write_file(dir / "saved.yaml", dump.out);
+  const std::string text = "Once upon a time\n";
+  check_same_output({"run", (dir / "saved.yaml").string(), "-q"},
+                    {"run", "--task", "lm-score", "--model", model("stories260k"), "-q"}, text);
+  // Loaded back, it resolves to the same pipeline (the first line names where it came from).
+  const auto again = run_masque({"run", (dir / "saved.yaml").string(), "--dump-config"});
+  auto body = [](const std::string& s) { return s.substr(s.find('\n')); };
+  CHECK(body(again.out) == body(dump.out));
+}
+
+TEST_CASE("model folder: tiny-gpt2 with the GPT-2 tokenizer folder equals an explicit pipeline",
+          "[e2e][folder]") {
+  const auto dir = scratch_dir("folder_gpt2");
+  write_file(dir / "gpt2.yaml",
+             "task: lm-score\nmodel: {plugin: gpt2, path: " + model("tiny-gpt2") +
+                 "}\ntokenizer: {plugin: bpe, path: " + tokenizer("gpt2") +
+                 "}\nmask: {plugin: causal}\n");
+  check_same_output({"run", "--task", "lm-score", "--model", model("tiny-gpt2"), "--tokenizer",
+                     tokenizer("gpt2"), "-q"},
+                    {"run", (dir / "gpt2.yaml").string(), "-q"}, "Once upon a time\nHello world\n");
+}
+
+TEST_CASE("model folder: tiny-bert fill equals pipelines/fill.yaml", "[e2e][folder]") {
+  check_same_output({"run", "--task", "fill", "--model", model("tiny-bert-uncased"), "--tokenizer",
+                     tokenizer("bert-base-uncased"), "--set", "task.top_k=5", "-q"},
+                    {"run", ready("fill.yaml"), "-q"},
+                    "the capital of france is [MASK] .\nonce upon a [MASK]\n");
+}
+
+TEST_CASE("model folder: tiny-bert-chinese plm-score equals pipelines/plm-score.yaml",
+          "[e2e][folder]") {
+  check_same_output(
+      {"run", "--task", "plm-score", "--model", model("tiny-bert-chinese"), "--tokenizer",
+       tokenizer("bert-base-chinese"), "--set", "task.method=query-stream", "--set",
+       "mask.stream=query", "--set", "tokenizer.lowercase=false", "-q"},
+      {"run", ready("plm-score.yaml"), "-q"}, "北京欢迎你\n你想吃啥\n");
+}
+
+TEST_CASE(
+    "model folder: the encoder-decoder folder equals pipelines/seq2seq-score.yaml and "
+    "pipelines/translate.yaml",
+    "[e2e][folder]") {
+  const std::string folder = model("aren-transliteration");
+  check_same_output({"run", "--task", "seq2seq-score", "--model", folder, "--input-format", "tsv",
+                     "--columns", "text,target", "-q"},
+                    {"run", ready("seq2seq-score.yaml"), "--input-format", "tsv", "--columns",
+                     "text,target", "-q"},
+                    "س م ي ر\ts a m i r\nن ا د ي ة\tn a d i a\n");
+  check_same_output({"run", "--task", "seq2seq", "--model", folder, "--set", "decoder.plugin=beam",
+                     "--set", "decoder.beam_size=2", "--set", "decoder.length_penalty=1.0", "--set",
+                     "decoder.max_new_tokens=256", "--set", "decoder.min_new_tokens=1", "-q"},
+                    {"run", ready("translate.yaml"), "-q"}, "س م ي ر\nن ا د ي ة\n");
+}
+
+TEST_CASE("model folder: a folder no plugin serves is a clear error listing the plugins",
+          "[e2e][folder]") {
+  const auto dir = scratch_dir("folder_unknown");
+  write_file(dir / "config.json",
+             R"({"model_type": "mamba", "architectures": ["MambaForCausalLM"]})");
+  const auto r = run_masque({"run", "--task", "lm-score", "--model", dir.string()}, "x\n");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("model_type 'mamba'") && Catch::Contains("MambaForCausalLM") &&
+                        Catch::Contains("no model plugin serves this folder") &&
+                        Catch::Contains("llama (model_type=llama)") &&
+                        Catch::Contains("gpt2 (model_type=gpt2)"));
+  const auto empty = scratch_dir("folder_empty");
+  write_file(empty / "weights.bin", "x");
+  const auto e = run_masque({"run", "--task", "lm-score", "--model", empty.string()}, "x\n");
+  CHECK(e.exit_code == 2);
+  CHECK_THAT(e.err, Catch::Contains("no config.json (found: weights.bin)"));
+}
+
+TEST_CASE("model folder: two plugins serving one folder is a clear error naming both",
+          "[e2e][folder]") {
+  const auto extra = scratch_dir("folder_two_plugins");
+  fs::copy_file(plugin_dir() / "libmasque-model-gpt2.so", extra / "libmasque-model-gpt2.so");
+  const auto r = run_masque({"run", "--task", "lm-score", "--model", model("tiny-gpt2"),
+                             "--tokenizer", tokenizer("gpt2"), "-q"},
+                            "x\n", {{"MASQUE_PLUGIN_PATH", extra.string()}});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("several model plugins serve this folder") &&
+                        Catch::Contains((extra / "libmasque-model-gpt2.so").string()));
+}
+
+TEST_CASE("model folder: no tokenizer files is a clear error naming what was found",
+          "[e2e][folder]") {
+  const auto r = run_masque({"run", "--task", "lm-score", "--model", model("tiny-gpt2")}, "x\n");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("no tokenizer files (found: README.md, config.json, "
+                                    "model.safetensors, reference.json)") &&
+                        Catch::Contains("--tokenizer DIR"));
+  const auto both = run_masque({"run", ready("lm-score.yaml"), "--model", model("tiny-gpt2")});
+  CHECK(both.exit_code == 2);
+  const auto no_task = run_masque({"run", "--model", model("tiny-gpt2")});
+  CHECK(no_task.exit_code == 2);
+  CHECK_THAT(no_task.err, Catch::Contains("missing --task"));
+}
+
+TEST_CASE("inspect: stories260k", "[e2e][inspect]") {
+  const auto r = run_masque({"inspect", model("stories260k"), "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json j = json::parse(r.out);
+  const auto weights = masque::transformer::open_checkpoint(shared_dir() / "models/stories260k");
+  std::uint64_t parameters = 0, bytes = 0;
+  for (const auto& name : weights.names()) {
+    std::uint64_t n = 1;
+    for (auto d : weights.entry(name).shape) n *= static_cast<std::uint64_t>(d);
+    parameters += n;
+    bytes += weights.entry(name).size;
+  }
+  CHECK(j["plugin"] == "llama");
+  CHECK(j["model_type"] == "llama");
+  CHECK(j["architectures"] == json::array({"LlamaForCausalLM"}));
+  CHECK(j["kind"] == "decoder-only");
+  CHECK(j["weights"]["parameters"] == parameters);
+  CHECK(j["weights"]["bytes"] == bytes);
+  CHECK(j["weights"]["dtypes"].contains("F32"));
+  CHECK(j["vocab_size"] == 512);
+  CHECK(j["max_positions"] == 512);
+  CHECK(j["special_tokens"]["bos"]["id"] == 1);
+  CHECK(j["special_tokens"]["bos"]["piece"] == "<s>");
+  CHECK(j["special_tokens"]["eos"]["id"] == 2);
+  CHECK(j["tokenizer"]["plugin"] == "sentencepiece");
+  CHECK(j["tokenizer"]["vocab_size"] == 512);
+  const auto tasks = j["tasks"].get<std::vector<std::string>>();
+  CHECK(std::count(tasks.begin(), tasks.end(), "lm-score") == 1);
+  CHECK(std::count(tasks.begin(), tasks.end(), "lm-generate") == 1);
+  CHECK(std::count(tasks.begin(), tasks.end(), "plm-score") == 0);
+  const auto text = run_masque({"inspect", model("stories260k")});
+  REQUIRE(text.exit_code == 0);
+  CHECK_THAT(text.out, Catch::Contains("plugin          llama (decoder-only)") &&
+                           Catch::Contains(std::to_string(parameters)) &&
+                           Catch::Contains("max positions   512"));
+}
+
+TEST_CASE("inspect: the BERT and encoder-decoder folders", "[e2e][inspect]") {
+  const auto bert = run_masque({"inspect", model("tiny-bert-uncased"), "--tokenizer",
+                                tokenizer("bert-base-uncased"), "--json"});
+  INFO(bert.err);
+  REQUIRE(bert.exit_code == 0);
+  const json b = json::parse(bert.out);
+  CHECK(b["plugin"] == "bert");
+  CHECK(b["kind"] == "encoder-only");
+  CHECK(b["vocab_size"] == 30522);
+  CHECK(b["max_positions"] == 128);
+  CHECK(b["tokenizer"]["plugin"] == "wordpiece");
+  CHECK(b["special_tokens"]["mask"]["piece"] == "[MASK]");
+  const auto bt = b["tasks"].get<std::vector<std::string>>();
+  CHECK(std::count(bt.begin(), bt.end(), "plm-score") == 1);
+  CHECK(std::count(bt.begin(), bt.end(), "fill") == 1);
+  const auto encdec = run_masque({"inspect", model("aren-transliteration"), "--json"});
+  INFO(encdec.err);
+  REQUIRE(encdec.exit_code == 0);
+  const json e = json::parse(encdec.out);
+  CHECK(e["plugin"] == "encoder-decoder");
+  CHECK(e["kind"] == "encoder-decoder");
+  CHECK(e["source_vocab_size"] == 51);
+  CHECK(e["vocab_size"] == 43);
+  CHECK(e["tokenizer"]["plugin"] == "vocab");
+  const auto et = e["tasks"].get<std::vector<std::string>>();
+  CHECK(std::count(et.begin(), et.end(), "seq2seq") == 1);
+  CHECK(std::count(et.begin(), et.end(), "plm-score") == 0);
+}
+
+TEST_CASE("inspect: a bad folder is a clear error", "[e2e][inspect]") {
+  const auto missing = run_masque({"inspect", (scratch_dir("inspect_bad") / "nope").string()});
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.err, Catch::Contains("no such directory"));
+  const auto dir = scratch_dir("inspect_bad_json");
+  write_file(dir / "config.json", "{\"model_type\": ");
+  const auto bad = run_masque({"inspect", dir.string()});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("config.json: not valid JSON"));
+}
