@@ -161,7 +161,7 @@ TEST_CASE("greedy no_repeat_ngram_size avoids repeating bigrams") {
           std::vector<TokenId>{A, A, B, A});
 }
 
-TEST_CASE("a fixed-length stepper gets exactly max_steps tokens; end tokens are ordinary") {
+TEST_CASE("a fixed-length stepper gets exactly max_steps tokens, end tokens are ordinary") {
   FakeRecord rec;
   rec.max_steps = 6;
   FakeStepper stepper(kStoryVocab, {rec}, story_model(), {END}, /*fixed_length=*/true);

@@ -76,7 +76,7 @@ TEST_CASE("plm-score: the same order and seed give identical scores, other order
   CHECK(own["logprob"] == piped["logprob"]);
 }
 
-TEST_CASE("seq2seq (UniLM): 你想吃啥 → a target; batches equal one record at a time",
+TEST_CASE("seq2seq (UniLM): 你想吃啥 → a target, batches equal one record at a time",
           "[e2e][bert]") {
   json one = run_one({"run", pipeline("seq2seq-unilm.yaml"), "-q"}, "你想吃啥\n");
   CHECK(!one["tokens"].empty());
@@ -99,7 +99,7 @@ TEST_CASE("seq2seq (UniLM): 你想吃啥 → a target; batches equal one record 
              "task.max_batch_size=1"}) == beam);
 }
 
-TEST_CASE("plm-generate: fills every [MASK] in the chosen order; methods agree on positions",
+TEST_CASE("plm-generate: fills every [MASK] in the chosen order, methods agree on positions",
           "[e2e][bert]") {
   json l2r = run_one({"run", pipeline("plm-generate.yaml"), "-q"}, "[MASK] 京 欢 迎 [MASK]\n");
   REQUIRE(l2r["filled"].size() == 2);

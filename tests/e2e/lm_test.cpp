@@ -137,7 +137,7 @@ TEST_CASE("forward: tiny-gpt2 logits, top ids and logsumexp match the reference"
 }
 
 TEST_CASE(
-    "decoding: seeded sampling is independent of batch size, position and threads; beam 1 is "
+    "decoding: seeded sampling is independent of batch size, position and threads, beam 1 is "
     "greedy",
     "[e2e][lm]") {
   std::string prompts =

@@ -17,7 +17,7 @@ TEST_CASE("masque --version names the version and the plugin ABI", "[cli]") {
   CHECK(r.out.find("plugin ABI " + std::to_string(masque::kAbiMajor) + ".") != std::string::npos);
 }
 
-TEST_CASE("every subcommand has --help with examples; bad usage exits 2", "[cli]") {
+TEST_CASE("every subcommand has --help with examples, bad usage exits 2", "[cli]") {
   for (const char* cmd : {"run", "plugins", "tasks", "mask", "tokenize"}) {
     auto r = run_masque({cmd, "--help"});
     INFO(cmd);

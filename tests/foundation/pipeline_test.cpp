@@ -134,7 +134,7 @@ TEST_CASE("pipeline: --set sets any declared parameter, including ones the file 
   CHECK(has(no_eq.result.err, "expected section.key=value"));
 }
 
-TEST_CASE("pipeline: --set plugin switches plugins; later --set values apply to the new one",
+TEST_CASE("pipeline: --set plugin switches plugins, later --set values apply to the new one",
           "[pipeline]") {
   auto dir = scratch_dir("pipeline_switch");
   auto file = dir / "p.yaml";

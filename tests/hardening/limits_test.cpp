@@ -34,7 +34,7 @@ std::string words(std::size_t n) {
 
 }  // namespace
 
-TEST_CASE("limits: a 100 MB line is discarded while read; memory stays near the record limit",
+TEST_CASE("limits: a 100 MB line is discarded while read, memory stays near the record limit",
           "[hardening][limits]") {
   const fs::path dir = scratch_dir("huge_line");
   write_file(dir / "small.txt", "Once upon a time.\nThe end.\n");
@@ -76,7 +76,7 @@ TEST_CASE("limits: task.max_record_bytes is settable and counts the line's bytes
         "the record is 12 bytes, longer than the limit of 10 (task.max_record_bytes)");
 }
 
-TEST_CASE("limits: task.max_record_tokens fails longer records; the model's maximum caps it",
+TEST_CASE("limits: task.max_record_tokens fails longer records, the model's maximum caps it",
           "[hardening][limits]") {
   auto r = run_masque(
       {"run", ready_pipeline("lm-score.yaml"), "-q", "--set", "task.max_record_tokens=10"},

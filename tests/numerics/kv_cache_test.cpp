@@ -161,7 +161,7 @@ TEST_CASE("a query step sees the cache and itself and is not kept", "[numerics][
   CHECK(cache.length() == 5);
 }
 
-TEST_CASE("select reorders, replicates and drops rows; fork is independent",
+TEST_CASE("select reorders, replicates and drops rows, fork is independent",
           "[numerics][kv_cache]") {
   const Toy toy;
   std::vector<std::vector<int>> rows{{1, 2, 3, 4}, {5, 6}, {7, 8, 9}};

@@ -193,7 +193,7 @@ TEST_CASE("train: from config.json alone, a BERT learns a UniLM task and runs in
 }
 
 TEST_CASE(
-    "train: SIGINT leaves a whole checkpoint and exit 130; --resume ends with the same "
+    "train: SIGINT leaves a whole checkpoint and exit 130, --resume ends with the same "
     "losses as an uninterrupted run",
     "[train][cli][signals]") {
   const fs::path dir = scratch_dir("train_cli_sigint");
