@@ -41,17 +41,59 @@ Tensor hidden_mask(const DropoutContext& c, std::uint32_t site, float p, std::in
   return m;
 }
 
-// ... and on attention probabilities, [B, H, T, T].
+// ... and on attention probabilities, [B, H, Tq, Tk].
 Tensor probs_mask(const DropoutContext& c, std::uint32_t site, float p, std::int64_t batch,
-                  std::int64_t heads, std::int64_t length) {
-  Tensor m({batch, heads, length, length});
+                  std::int64_t heads, std::int64_t length, std::int64_t keys = -1) {
+  if (keys < 0) keys = length;
+  Tensor m({batch, heads, length, keys});
   for (std::int64_t b = 0; b < batch; ++b)
     for (std::int64_t h = 0; h < heads; ++h)
       for (std::int64_t i = 0; i < length; ++i)
         dropout_factors(dropout_key(c, static_cast<std::size_t>(b), site), p,
-                        attention_element(h, i, 0), length,
-                        m.f32() + ((b * heads + h) * length + i) * length);
+                        attention_element(h, i, 0), keys,
+                        m.f32() + ((b * heads + h) * length + i) * keys);
   return m;
+}
+
+// An encoder-decoder's sites: "SIDE.embeddings", "SIDE.layer.L.SUB.output|probs",
+// "SIDE.layer.L.ffn.activation" (the reference's names).
+std::vector<NamedTensor> encdec_masks_of(const transformer::TransformerSpec& spec,
+                                         const TrainingBatch& batch, const DropoutContext& c,
+                                         const DropoutRates& r) {
+  std::vector<NamedTensor> masks;
+  const std::int64_t b = batch.inputs.batch, s_len = batch.source.length;
+  for (const int stack : {1, 0}) {
+    const transformer::StackSpec& st = stack == 1 ? spec.encoder : spec.decoder;
+    const std::string side = stack == 1 ? "encoder" : "decoder";
+    const std::int64_t len = stack == 1 ? s_len : batch.inputs.length, width = st.hidden;
+    masks.push_back(
+        {side + ".embeddings", hidden_mask(c, dropout_site(stack, 0, DropoutPlace::embedding),
+                                           r.embedding, b, len, width)});
+    for (std::size_t l = 0; l < st.blocks.size(); ++l) {
+      const int layer = static_cast<int>(l);
+      const std::string name = side + ".layer." + std::to_string(l) + ".";
+      const auto& block = st.blocks[l];
+      auto hidden = [&](DropoutPlace place, float p, std::int64_t w) {
+        return hidden_mask(c, dropout_site(stack, layer, place), p, b, len, w);
+      };
+      masks.push_back(
+          {name + "self_attn.output", hidden(DropoutPlace::attention_output, r.residual, width)});
+      masks.push_back({name + "self_attn.probs",
+                       probs_mask(c, dropout_site(stack, layer, DropoutPlace::attention_probs),
+                                  r.attention, b, block.attention.heads, len)});
+      if (block.has_cross()) {
+        masks.push_back(
+            {name + "encoder_attn.output", hidden(DropoutPlace::cross_output, r.residual, width)});
+        masks.push_back({name + "encoder_attn.probs",
+                         probs_mask(c, dropout_site(stack, layer, DropoutPlace::cross_probs),
+                                    r.attention, b, block.cross_attention.heads, len, s_len)});
+      }
+      masks.push_back({name + "ffn.output", hidden(DropoutPlace::mlp_output, r.residual, width)});
+      masks.push_back({name + "ffn.activation", hidden(DropoutPlace::activation, r.activation,
+                                                       block.mlp.in.at(0).out_features())});
+    }
+  }
+  return masks;
 }
 
 // Every site of a decoder-only / encoder-only stack, named as the reference names them.
@@ -91,7 +133,8 @@ Step masque_step(LoadedModel& m, const TrainingBatch& batch, const DropoutRates&
   TrainableTransformer net(m.spec, m.params, NetworkOptions{.dropout = rates});
   auto tape = net.make_tape();
   Tensor logits, dlogits;
-  net.forward(batch.inputs, nullptr, batch.rows, *tape, logits, context);
+  net.forward(batch.inputs, batch.source.batch > 0 ? &batch.source : nullptr, batch.rows, *tape,
+              logits, context);
   if (logits_out) *logits_out = logits.clone();
   Step s;
   s.loss =
@@ -111,7 +154,9 @@ void check_against_torch(const Case& c, const DropoutRates& rates) {
   const DropoutContext context = context_for(c.examples, 11, 3);
 
   const std::filesystem::path masks = test::scratch_dir("dropout_" + c.name) / "masks.safetensors";
-  write_safetensors(masks, masks_of(m.spec, batch.inputs, context, rates));
+  write_safetensors(masks, m.spec.encoder_decoder()
+                               ? encdec_masks_of(m.spec, batch, context, rates)
+                               : masks_of(m.spec, batch.inputs, context, rates));
   Json plan = c.plan;
   plan["dtype"] = "float64";
   plan["steps"] = 1;
@@ -183,6 +228,12 @@ TEST_CASE("dropout: GPT-2 under the causal mask equals float64 torch given the s
 
 TEST_CASE("dropout: Llama's attention dropout equals float64 torch given the same masks") {
   check_against_torch(causal_case("llama", 3), {.attention = 0.3f});
+}
+
+TEST_CASE("dropout: the encoder-decoder equals float64 torch given the same masks") {
+  check_against_torch(
+      encdec_case(4),
+      {.embedding = 0.2f, .residual = 0.25f, .attention = 0.3f, .activation = 0.15f});
 }
 
 TEST_CASE("dropout: rate 0, or no context (evaluation), computes exactly as without dropout") {

@@ -31,7 +31,7 @@ PLAN.json:
      "max_grad_norm": 1.0 (0: no clipping), "label_smoothing": 0.0,
      "plm_predict": K (the last K positions of the order are predicted),
      "special": {"cls": 101, "sep": 102, "mask": 103},
-     "dropout_masks": "MASKS.safetensors" (optional; BERT, GPT-2, Llama)}
+     "dropout_masks": "MASKS.safetensors" (optional)}
 Examples are token ids; batches are examples kN .. kN+N-1 in order, cycling over epochs.
 Objective "given": each example is a micro-batch laid out by the caller (see given_layout), for
 layouts with randomness of their own (mlm's corruption).
@@ -39,7 +39,9 @@ Dropout masks: factors (0 or 1 / (1 - p)) by site, in the padded layout of the (
 multiplied in where the upstream models apply dropout: "embeddings" [B, T, C] (BERT: after the
 embedding LayerNorm; GPT-2: wte + wpe), "layer.L.attention.probs" [B, H, T, T] (the softmax),
 "layer.L.attention.output" and "layer.L.output" [B, T, C] (the attention and MLP sub-layers'
-outputs before the residual add). Without them nothing is dropped.
+outputs before the residual add); the encoder-decoder's "SIDE.embeddings",
+"SIDE.layer.L.SUB.output" and "SIDE.layer.L.SUB.probs" for SUB self_attn, encoder_attn (decoder)
+and ffn, and "SIDE.layer.L.ffn.activation" [B, T, ffn]. Without them nothing is dropped.
 """
 
 import argparse
@@ -295,49 +297,58 @@ class EncDec(Network):
     def ln(self, x, p):
         return F.layer_norm(x, x.shape[-1:], self.w(p + ".weight"), self.w(p + ".bias"), self.c.eps)
 
-    def block(self, x, p, f):
-        return x + f(self.ln(x, p)) if self.c.pre_norm else self.ln(x + f(x), p)
+    def block(self, x, p, f, site=""):
+        """Dropout site `site`.output on the sub-layer's output (fairseq: before the residual)."""
+        out = site + ".output"
+        return (x + self.drop(f(self.ln(x, p)), out) if self.c.pre_norm
+                else self.ln(x + self.drop(f(x), out), p))
 
     def embed(self, ids, side):
         e = self.w(f"{side}.embed_tokens.weight")[ids] * self.c.embedding_scale
         t = ids.shape[1]
         if self.positions is not None:
-            return e + self.positions[:t][None]
+            return self.drop(e + self.positions[:t][None], f"{side}.embeddings")
         off = self.c.position_offset
-        return e + self.w(f"{side}.embed_positions.weight")[off:off + t][None]
+        e = e + self.w(f"{side}.embed_positions.weight")[off:off + t][None]
+        return self.drop(e, f"{side}.embeddings")
 
-    def attention(self, h, kv, p, mask):
+    def attention(self, h, kv, p, mask, site=""):
         b = self.c.attention_bias
         q = split_heads(self.lin(h, p + ".q_proj", b), self.c.heads)
         k = split_heads(self.lin(kv, p + ".k_proj", b), self.c.heads)
         v = split_heads(self.lin(kv, p + ".v_proj", b), self.c.heads)
-        return self.lin(attend(q, k, v, mask, self.c.attention_scale), p + ".out_proj", b)
+        return self.lin(attend(q, k, v, mask, self.c.attention_scale,
+                               self.masks.get(site + ".probs")), p + ".out_proj", b)
 
-    def ffn(self, h, p):
+    def ffn(self, h, p, site=""):
         b = self.c.ffn_bias
-        return self.lin(self.act(self.lin(h, p + ".fc1", b)), p + ".fc2", b)
+        a = self.drop(self.act(self.lin(h, p + ".fc1", b)), site + ".activation")
+        return self.lin(a, p + ".fc2", b)
 
     def forward(self, source, source_valid, target, target_valid):
         s, t = source.shape[1], target.shape[1]
         enc_mask = source_valid[:, None, :].expand(-1, s, -1)
         x = self.embed(source, "encoder")
         for l in range(self.c.encoder_layers):
-            p = f"encoder.layers.{l}"
-            x = self.block(x, p + ".self_attn_layer_norm",
-                           lambda h, p=p: self.attention(h, h, p + ".self_attn", enc_mask))
-            x = self.block(x, p + ".final_layer_norm", lambda h, p=p: self.ffn(h, p))
+            p, site = f"encoder.layers.{l}", f"encoder.layer.{l}"
+            x = self.block(x, p + ".self_attn_layer_norm", lambda h, p=p, s=site: self.attention(
+                h, h, p + ".self_attn", enc_mask, s + ".self_attn"), site + ".self_attn")
+            x = self.block(x, p + ".final_layer_norm",
+                           lambda h, p=p, s=site: self.ffn(h, p, s + ".ffn"), site + ".ffn")
         memory = self.ln(x, "encoder.layer_norm") if self.c.encoder_final_norm else x
         causal = torch.tril(torch.ones(t, t, dtype=torch.bool))[None] & target_valid[:, None, :]
         causal = causal | torch.eye(t, dtype=torch.bool)[None]
         cross = source_valid[:, None, :].expand(-1, t, -1)
         y = self.embed(target, "decoder")
         for l in range(self.c.decoder_layers):
-            p = f"decoder.layers.{l}"
-            y = self.block(y, p + ".self_attn_layer_norm",
-                           lambda h, p=p: self.attention(h, h, p + ".self_attn", causal))
-            y = self.block(y, p + ".encoder_attn_layer_norm",
-                           lambda h, p=p: self.attention(h, memory, p + ".encoder_attn", cross))
-            y = self.block(y, p + ".final_layer_norm", lambda h, p=p: self.ffn(h, p))
+            p, site = f"decoder.layers.{l}", f"decoder.layer.{l}"
+            y = self.block(y, p + ".self_attn_layer_norm", lambda h, p=p, s=site: self.attention(
+                h, h, p + ".self_attn", causal, s + ".self_attn"), site + ".self_attn")
+            y = self.block(y, p + ".encoder_attn_layer_norm", lambda h, p=p, s=site: self.attention(
+                h, memory, p + ".encoder_attn", cross, s + ".encoder_attn"),
+                site + ".encoder_attn")
+            y = self.block(y, p + ".final_layer_norm",
+                           lambda h, p=p, s=site: self.ffn(h, p, s + ".ffn"), site + ".ffn")
         if self.c.decoder_final_norm:
             y = self.ln(y, "decoder.layer_norm")
         bias = None
