@@ -195,7 +195,8 @@ def task_settings(pipeline):
 def plan_of(task, examples, model, special):
     """reference_trainer's plan for the settings masque ran with."""
     expected = {"objective": "seq2seq", "shuffle": "false", "accumulation": 1,
-                "label_smoothing": 0.0, "max_tokens": 0, "matmul_dtype": "f32"}
+                "label_smoothing": 0.0, "max_tokens": 0, "matmul_dtype": "f32",
+                "dropout": 0.0}
     for key, value in expected.items():
         if task.get(key) != value:
             raise SystemExit(f"train: the bench expects task.{key} = {value}, masque ran with "

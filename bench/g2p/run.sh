@@ -57,7 +57,7 @@ start=$(now)
 "$masque" train "$root/pipelines/train-g2p-unilm.yaml" --threads "$threads" \
   --set "task.train_file=$work/train.tsv" --set "task.valid_file=$data/valid.tsv" \
   --set "task.output=$work/masque" --set task.shuffle=false --set "task.steps=$steps" \
-  --set task.max_minutes=0 --set task.valid_every=0 --set task.save_every=0 \
+  --set task.max_minutes=0 --set task.valid_every=0 --set task.save_every=0 --set task.dropout=0 \
   --set "model.path=$work/init" --set "tokenizer.path=$work/init" >"$work/masque.log" 2>&1 ||
   { cat "$work/masque.log" >&2; exit 1; }
 masque_total=$(elapsed "$start" "$(now)")

@@ -30,10 +30,18 @@ PLAN.json:
      "schedule": "linear" | "constant" | "cosine", "warmup_steps": 0,
      "max_grad_norm": 1.0 (0: no clipping), "label_smoothing": 0.0,
      "plm_predict": K (the last K positions of the order are predicted),
-     "special": {"cls": 101, "sep": 102, "mask": 103}}
+     "special": {"cls": 101, "sep": 102, "mask": 103},
+     "dropout_masks": "MASKS.safetensors" (optional)}
 Examples are token ids; batches are examples kN .. kN+N-1 in order, cycling over epochs.
 Objective "given": each example is a micro-batch laid out by the caller (see given_layout), for
 layouts with randomness of their own (mlm's corruption).
+Dropout masks: factors (0 or 1 / (1 - p)) by site, in the padded layout of the (single) batch,
+multiplied in where the upstream models apply dropout: "embeddings" [B, T, C] (BERT: after the
+embedding LayerNorm; GPT-2: wte + wpe), "layer.L.attention.probs" [B, H, T, T] (the softmax),
+"layer.L.attention.output" and "layer.L.output" [B, T, C] (the attention and MLP sub-layers'
+outputs before the residual add); the encoder-decoder's "SIDE.embeddings",
+"SIDE.layer.L.SUB.output" and "SIDE.layer.L.SUB.probs" for SUB self_attn, encoder_attn (decoder)
+and ffn, and "SIDE.layer.L.ffn.activation" [B, T, ffn]. Without them nothing is dropped.
 """
 
 import argparse
@@ -91,11 +99,14 @@ def allowed(rank, role):
     return (role[:, None, :] != PAD) & (eye | visible)
 
 
-def attend(q, k, v, mask, scale):
-    """q/k/v [B, H, T, d]; mask [B, Tq, Tk] bool -> [B, Tq, H*d]; rows with no key give 0."""
+def attend(q, k, v, mask, scale, dropout=None):
+    """q/k/v [B, H, T, d]; mask [B, Tq, Tk] bool -> [B, Tq, H*d]; rows with no key give 0.
+    dropout: factors [B, H, Tq, Tk] for the probabilities, or None."""
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
     scores = scores.masked_fill(~mask[:, None], float("-inf"))
     probs = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+    if dropout is not None:
+        probs = probs * dropout
     out = torch.matmul(probs, v)
     b, h, t, d = out.shape
     return out.transpose(1, 2).reshape(b, t, h * d)
@@ -124,6 +135,7 @@ class Network(torch.nn.Module):
         self.cfg = json.loads((self.folder / "config.json").read_text())
         self.store = torch.nn.ParameterDict()
         self.aliases = dict(tied)  # name -> the name it is tied to
+        self.masks = {}  # dropout factors by site (see the plan's dropout_masks)
         for name, t in read_safetensors(self.folder / "model.safetensors").items():
             if name not in self.aliases:
                 self.store[name.replace(".", "/")] = torch.nn.Parameter(t.to(dtype))
@@ -136,6 +148,10 @@ class Network(torch.nn.Module):
 
     def named(self):
         return {k.replace("/", "."): p for k, p in self.store.items()}
+
+    def drop(self, x, site):
+        m = self.masks.get(site)
+        return x if m is None else x * m
 
 
 class Bert(Network):
@@ -156,16 +172,17 @@ class Bert(Network):
         e = "bert.embeddings."
         x = (self.w(e + "word_embeddings.weight")[ids] + self.w(e + "position_embeddings.weight")[
             positions] + self.w(e + "token_type_embeddings.weight")[types])
-        x = self.ln(x, e + "LayerNorm")
+        x = self.drop(self.ln(x, e + "LayerNorm"), "embeddings")
         d = x.shape[-1] // self.heads
         for l in range(self.cfg["num_hidden_layers"]):
-            p = f"bert.encoder.layer.{l}."
+            p, site = f"bert.encoder.layer.{l}.", f"layer.{l}."
             q, k, v = (split_heads(self.lin(x, p + "attention.self." + n), self.heads)
                        for n in ("query", "key", "value"))
-            a = self.lin(attend(q, k, v, mask, 1 / math.sqrt(d)), p + "attention.output.dense")
-            x = self.ln(x + a, p + "attention.output.LayerNorm")
+            a = self.lin(attend(q, k, v, mask, 1 / math.sqrt(d), self.masks.get(
+                site + "attention.probs")), p + "attention.output.dense")
+            x = self.ln(x + self.drop(a, site + "attention.output"), p + "attention.output.LayerNorm")
             h = self.lin(self.act(self.lin(x, p + "intermediate.dense")), p + "output.dense")
-            x = self.ln(x + h, p + "output.LayerNorm")
+            x = self.ln(x + self.drop(h, site + "output"), p + "output.LayerNorm")
         t = self.ln(self.act(self.lin(x, "cls.predictions.transform.dense")),
                     "cls.predictions.transform.LayerNorm")
         return F.linear(t, self.w("cls.predictions.decoder.weight"), self.w("cls.predictions.bias"))
@@ -193,15 +210,18 @@ class Gpt2(Network):
     def forward(self, ids, positions, types, mask):
         del types
         x = self.w(self.prefix + "wte.weight")[ids] + self.w(self.prefix + "wpe.weight")[positions]
+        x = self.drop(x, "embeddings")
         c = x.shape[-1]
         for l in range(self.cfg["n_layer"]):
-            p = f"h.{l}."
+            p, site = f"h.{l}.", f"layer.{l}."
             qkv = self.conv1d(self.ln(x, p + "ln_1"), p + "attn.c_attn")
             q, k, v = (split_heads(t, self.heads) for t in qkv.split(c, dim=-1))
-            x = x + self.conv1d(attend(q, k, v, mask, 1 / math.sqrt(c // self.heads)),
-                                p + "attn.c_proj")
-            x = x + self.conv1d(self.act(self.conv1d(self.ln(x, p + "ln_2"), p + "mlp.c_fc")),
-                                p + "mlp.c_proj")
+            a = self.conv1d(attend(q, k, v, mask, 1 / math.sqrt(c // self.heads),
+                                   self.masks.get(site + "attention.probs")), p + "attn.c_proj")
+            x = x + self.drop(a, site + "attention.output")
+            h = self.conv1d(self.act(self.conv1d(self.ln(x, p + "ln_2"), p + "mlp.c_fc")),
+                            p + "mlp.c_proj")
+            x = x + self.drop(h, site + "output")
         return F.linear(self.ln(x, "ln_f"), self.w("lm_head.weight"))
 
 
@@ -245,7 +265,8 @@ class Llama(Network):
                                         self.kv_heads), positions)
             v = split_heads(self.lin(h, p + "self_attn.v_proj", self.bias), self.kv_heads)
             k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-            a = attend(q, k, v, mask, 1 / math.sqrt(self.head_dim))
+            a = attend(q, k, v, mask, 1 / math.sqrt(self.head_dim),
+                       self.masks.get(f"layer.{l}.attention.probs"))
             x = x + self.lin(a, p + "self_attn.o_proj")
             h = self.rms(x, p + "post_attention_layernorm")
             x = x + self.lin(F.silu(self.lin(h, p + "mlp.gate_proj")) * self.lin(h, p + "mlp.up_proj"),
@@ -276,49 +297,58 @@ class EncDec(Network):
     def ln(self, x, p):
         return F.layer_norm(x, x.shape[-1:], self.w(p + ".weight"), self.w(p + ".bias"), self.c.eps)
 
-    def block(self, x, p, f):
-        return x + f(self.ln(x, p)) if self.c.pre_norm else self.ln(x + f(x), p)
+    def block(self, x, p, f, site=""):
+        """Dropout site `site`.output on the sub-layer's output (fairseq: before the residual)."""
+        out = site + ".output"
+        return (x + self.drop(f(self.ln(x, p)), out) if self.c.pre_norm
+                else self.ln(x + self.drop(f(x), out), p))
 
     def embed(self, ids, side):
         e = self.w(f"{side}.embed_tokens.weight")[ids] * self.c.embedding_scale
         t = ids.shape[1]
         if self.positions is not None:
-            return e + self.positions[:t][None]
+            return self.drop(e + self.positions[:t][None], f"{side}.embeddings")
         off = self.c.position_offset
-        return e + self.w(f"{side}.embed_positions.weight")[off:off + t][None]
+        e = e + self.w(f"{side}.embed_positions.weight")[off:off + t][None]
+        return self.drop(e, f"{side}.embeddings")
 
-    def attention(self, h, kv, p, mask):
+    def attention(self, h, kv, p, mask, site=""):
         b = self.c.attention_bias
         q = split_heads(self.lin(h, p + ".q_proj", b), self.c.heads)
         k = split_heads(self.lin(kv, p + ".k_proj", b), self.c.heads)
         v = split_heads(self.lin(kv, p + ".v_proj", b), self.c.heads)
-        return self.lin(attend(q, k, v, mask, self.c.attention_scale), p + ".out_proj", b)
+        return self.lin(attend(q, k, v, mask, self.c.attention_scale,
+                               self.masks.get(site + ".probs")), p + ".out_proj", b)
 
-    def ffn(self, h, p):
+    def ffn(self, h, p, site=""):
         b = self.c.ffn_bias
-        return self.lin(self.act(self.lin(h, p + ".fc1", b)), p + ".fc2", b)
+        a = self.drop(self.act(self.lin(h, p + ".fc1", b)), site + ".activation")
+        return self.lin(a, p + ".fc2", b)
 
     def forward(self, source, source_valid, target, target_valid):
         s, t = source.shape[1], target.shape[1]
         enc_mask = source_valid[:, None, :].expand(-1, s, -1)
         x = self.embed(source, "encoder")
         for l in range(self.c.encoder_layers):
-            p = f"encoder.layers.{l}"
-            x = self.block(x, p + ".self_attn_layer_norm",
-                           lambda h, p=p: self.attention(h, h, p + ".self_attn", enc_mask))
-            x = self.block(x, p + ".final_layer_norm", lambda h, p=p: self.ffn(h, p))
+            p, site = f"encoder.layers.{l}", f"encoder.layer.{l}"
+            x = self.block(x, p + ".self_attn_layer_norm", lambda h, p=p, s=site: self.attention(
+                h, h, p + ".self_attn", enc_mask, s + ".self_attn"), site + ".self_attn")
+            x = self.block(x, p + ".final_layer_norm",
+                           lambda h, p=p, s=site: self.ffn(h, p, s + ".ffn"), site + ".ffn")
         memory = self.ln(x, "encoder.layer_norm") if self.c.encoder_final_norm else x
         causal = torch.tril(torch.ones(t, t, dtype=torch.bool))[None] & target_valid[:, None, :]
         causal = causal | torch.eye(t, dtype=torch.bool)[None]
         cross = source_valid[:, None, :].expand(-1, t, -1)
         y = self.embed(target, "decoder")
         for l in range(self.c.decoder_layers):
-            p = f"decoder.layers.{l}"
-            y = self.block(y, p + ".self_attn_layer_norm",
-                           lambda h, p=p: self.attention(h, h, p + ".self_attn", causal))
-            y = self.block(y, p + ".encoder_attn_layer_norm",
-                           lambda h, p=p: self.attention(h, memory, p + ".encoder_attn", cross))
-            y = self.block(y, p + ".final_layer_norm", lambda h, p=p: self.ffn(h, p))
+            p, site = f"decoder.layers.{l}", f"decoder.layer.{l}"
+            y = self.block(y, p + ".self_attn_layer_norm", lambda h, p=p, s=site: self.attention(
+                h, h, p + ".self_attn", causal, s + ".self_attn"), site + ".self_attn")
+            y = self.block(y, p + ".encoder_attn_layer_norm", lambda h, p=p, s=site: self.attention(
+                h, memory, p + ".encoder_attn", cross, s + ".encoder_attn"),
+                site + ".encoder_attn")
+            y = self.block(y, p + ".final_layer_norm",
+                           lambda h, p=p, s=site: self.ffn(h, p, s + ".ffn"), site + ".ffn")
         if self.c.decoder_final_norm:
             y = self.ln(y, "decoder.layer_norm")
         bias = None
@@ -464,6 +494,8 @@ def train(plan, losses_out, grads_out=None, weights_out=None):
     dtype = torch.float64 if plan.get("dtype", "float32") == "float64" else torch.float32
     torch.set_default_dtype(dtype)
     model = load_model(plan["model"], dtype)
+    if plan.get("dropout_masks"):
+        model.masks = {k: t.to(dtype) for k, t in read_safetensors(plan["dropout_masks"]).items()}
     named = model.named()
     groups = [{"params": [p for n, p in named.items() if decays(n, p)],
                "weight_decay": plan.get("weight_decay", 0.0)},

@@ -37,31 +37,31 @@ void save_checkpoint(const fs::path& dir, const Case& c, const ParameterSet& par
   test::write_file(dir / "trainer_state.json", trainer.state().dump());
 }
 
-}  // namespace
-
-TEST_CASE("resume: a run continued from a checkpoint equals an uninterrupted one, step for step") {
+// Trains 12 steps whole, and 5 + a resume from a checkpoint + 7 (the network's dropout on or
+// off); returns the whole run's losses.
+std::vector<double> check_resume(const NetworkOptions& net_options, const std::string& name) {
   const Case c = unilm_case("seq2seq", 9);  // 9 examples: epochs end inside steps
   constexpr int kSteps = 12, kFirst = 5;
 
   LoadedModel whole = load_model(c.plugin, c.folder);
   CaseObjective o = make_objective(c, whole.model->info());
-  TrainableTransformer whole_net(whole.spec, whole.params);
+  TrainableTransformer whole_net(whole.spec, whole.params, net_options);
   Trainer uninterrupted(whole_net, whole.params, *o.objective, c.examples, options(kSteps));
   std::vector<double> expected;
   for (int s = 0; s < kSteps; ++s) expected.push_back(uninterrupted.step().loss);
 
   LoadedModel first = load_model(c.plugin, c.folder);
-  TrainableTransformer first_net(first.spec, first.params);
+  TrainableTransformer first_net(first.spec, first.params, net_options);
   Trainer interrupted(first_net, first.params, *o.objective, c.examples, options(kSteps));
   for (int s = 0; s < kFirst; ++s) CHECK(interrupted.step().loss == expected[s]);
-  CheckpointStore store(test::scratch_dir("resume_exact"), 2);
+  CheckpointStore store(test::scratch_dir("resume_exact_" + name), 2);
   store.save(kFirst,
              [&](const fs::path& dir) { save_checkpoint(dir, c, first.params, interrupted); });
 
   // A new process: the model from the checkpoint folder, the cursor and moments restored.
   const fs::path checkpoint = CheckpointStore::resolve_resume(store.root());
   LoadedModel resumed = load_model(c.plugin, checkpoint);
-  TrainableTransformer resumed_net(resumed.spec, resumed.params);
+  TrainableTransformer resumed_net(resumed.spec, resumed.params, net_options);
   Trainer continued(resumed_net, resumed.params, *o.objective, c.examples, options(kSteps));
   continued.restore(nlohmann::json::parse(test::read_file(checkpoint / "trainer_state.json")),
                     checkpoint / "optimizer.bin");
@@ -78,6 +78,17 @@ TEST_CASE("resume: a run continued from a checkpoint equals an uninterrupted one
       other.restore(nlohmann::json::parse(test::read_file(checkpoint / "trainer_state.json")),
                     checkpoint / "optimizer.bin"),
       Catch::Contains("trained on 9 usable records, the data has 8"));
+  return expected;
+}
+
+}  // namespace
+
+TEST_CASE("resume: a run continued from a checkpoint equals an uninterrupted one, step for step") {
+  const std::vector<double> plain = check_resume({}, "plain");
+  // With dropout (seeded by step and record) a resumed run draws the same masks.
+  const std::vector<double> dropped = check_resume(
+      {.dropout = {.embedding = 0.1f, .residual = 0.1f, .attention = 0.1f}}, "dropout");
+  CHECK(dropped != plain);
 }
 
 TEST_CASE("resume: a trained folder loads in the model plugin and scores as the trainer said") {

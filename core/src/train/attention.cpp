@@ -12,6 +12,7 @@
 
 #include "masque/error.hpp"
 #include "masque/threading.hpp"
+#include "masque/train/grad_ops.hpp"
 #include "numerics/attention_rule.hpp"
 #include "numerics/parallel.hpp"
 #include "numerics/simd.hpp"
@@ -30,6 +31,7 @@ struct Problem {
   MaskView mask;
   SeqView q, k, v;
   std::int32_t group;  // query heads per kv head
+  AttentionDropout dropout;
 
   const float* q_at(std::int32_t b, std::int32_t i, std::int32_t h) const {
     return q.data + b * q.batch_stride + i * q.token_stride + std::int64_t{h} * dims.head_dim;
@@ -121,6 +123,30 @@ struct Tile {
   std::int32_t b, h, i0, rows;
 };
 
+// The dropout factors (0 or 1 / (1 - p)) of query t.i0 + r of the tile over keys [j0, j0 + n).
+void dropout_row_factors(const Problem& p, const Tile& t, std::int32_t r, std::int32_t j0,
+                         std::int32_t n, float* factors) {
+  const AttentionDropout& d = p.dropout;
+  dropout_factors(dropout_key(*d.context, static_cast<std::size_t>(t.b), d.site), d.p,
+                  attention_element(t.h, t.i0 + r, j0), n, factors);
+}
+
+MASQUE_VECTORIZE void scale_row(float* __restrict s, const float* __restrict f, std::int32_t n) {
+#pragma omp simd
+  for (std::int32_t j = 0; j < n; ++j) s[j] *= f[j];
+}
+
+// With dropout factors f: ds = p (f dp - delta), in place in dp; then p *= f (what dV needs).
+MASQUE_VECTORIZE void dropped_score_grad_row(float* __restrict p, float* __restrict dp,
+                                             const float* __restrict f, std::int32_t n,
+                                             float delta) {
+#pragma omp simd
+  for (std::int32_t j = 0; j < n; ++j) {
+    dp[j] = p[j] * (f[j] * dp[j] - delta);
+    p[j] *= f[j];
+  }
+}
+
 void forward_tile(const Problem& p, const Tile& t, MutableSeqView out, float* lse,
                   std::vector<float>& work) {
   const std::int32_t d = p.dims.head_dim;
@@ -134,11 +160,19 @@ void forward_tile(const Problem& p, const Tile& t, MutableSeqView out, float* ls
     }
     return;
   }
-  work.resize(static_cast<std::size_t>(t.rows) * n);
+  const bool drop = p.dropout.active();
+  work.resize(static_cast<std::size_t>(t.rows + (drop ? 1 : 0)) * n);
   float* s = work.data();
   scores(p, t.b, t.h, t.i0, t.rows, j0, n, s);
   for (std::int32_t r = 0; r < t.rows; ++r)
     *p.lse_at(lse, t.b, t.h, t.i0 + r) = softmax_row(s + std::int64_t{r} * n, n);
+  if (drop) {
+    float* factors = s + std::int64_t{t.rows} * n;
+    for (std::int32_t r = 0; r < t.rows; ++r) {
+      dropout_row_factors(p, t, r, j0, n, factors);
+      scale_row(s + std::int64_t{r} * n, factors, n);
+    }
+  }
   sgemm('N', 'N', t.rows, d, n, 1.0f, s, n, p.v_at(t.b, j0, t.h), p.v.token_stride, 0.0f,
         at(out, t.b, t.i0, t.h, d), out.token_stride);
 }
@@ -161,21 +195,29 @@ void backward_tile(const Problem& p, const Grads& g, const Tile& t, std::vector<
     }
     return;
   }
-  work.resize(static_cast<std::size_t>(2) * t.rows * n);
+  const bool drop = p.dropout.active();
+  work.resize(static_cast<std::size_t>(2 * t.rows + (drop ? 1 : 0)) * n);
   float* s = work.data();
   float* dp = s + std::int64_t{t.rows} * n;
+  float* factors = dp + std::int64_t{t.rows} * n;
   scores(p, t.b, t.h, t.i0, t.rows, j0, n, s);
   const float* lse = g.lse + (std::int64_t{t.b} * p.dims.heads + t.h) * p.mask.q_len + t.i0;
   for (std::int32_t r = 0; r < t.rows; ++r) probs_row(s + std::int64_t{r} * n, n, lse[r]);
   const float* dout = at(g.dout, t.b, t.i0, t.h, d);
   const float* kspan = p.k_at(t.b, j0, t.h);
   const float* vspan = p.v_at(t.b, j0, t.h);
-  // dP = dO V^T; dS = P (dP - rowsum(dO * O)).
+  // dP = dO V^T; dS = P (dP - rowsum(dO * O)) (dP scaled by the dropout factors first, and P
+  // replaced by the dropped P that dV needs).
   sgemm('N', 'T', t.rows, n, d, 1.0f, dout, g.dout.token_stride, vspan, p.v.token_stride, 0.0f, dp,
         n);
   for (std::int32_t r = 0; r < t.rows; ++r) {
     const float delta = dot(at(g.dout, t.b, t.i0 + r, t.h, d), at(g.out, t.b, t.i0 + r, t.h, d), d);
-    score_grad_row(s + std::int64_t{r} * n, dp + std::int64_t{r} * n, n, delta);
+    if (drop) {
+      dropout_row_factors(p, t, r, j0, n, factors);
+      dropped_score_grad_row(s + std::int64_t{r} * n, dp + std::int64_t{r} * n, factors, n, delta);
+    } else {
+      score_grad_row(s + std::int64_t{r} * n, dp + std::int64_t{r} * n, n, delta);
+    }
   }
   const std::int32_t kv = t.h / p.group;
   // dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO.
@@ -218,6 +260,17 @@ void validate(const AttentionDims& dims, const MaskView& m, SeqView q, SeqView k
     throw RuntimeError("train attention: no queries, keys or values");
 }
 
+void validate_dropout(const MaskView& m, const AttentionDropout* d) {
+  if (!d || !d->active()) return;
+  if (m.q_len > 65536 || m.k_len > 65536)
+    throw RuntimeError("train attention: dropout numbers queries and keys below 65536, got " +
+                       std::to_string(m.q_len) + " x " + std::to_string(m.k_len));
+  if (d->context->records.size() < static_cast<std::size_t>(m.batch))
+    throw RuntimeError("train attention: dropout has record keys for " +
+                       std::to_string(d->context->records.size()) + " of " +
+                       std::to_string(m.batch) + " batch rows");
+}
+
 // Runs body(task) for tasks [0, count) on the calling thread's intra-op threads; sgemm inside
 // a task always runs on one thread, so results do not depend on the thread count.
 template <typename Body>
@@ -241,11 +294,13 @@ void run_tasks(std::int64_t count, double flops, Body body) {
 }  // namespace
 
 void attention_forward(const AttentionDims& dims, const MaskView& mask, SeqView q, SeqView k,
-                       SeqView v, MutableSeqView out, float* lse) {
+                       SeqView v, MutableSeqView out, float* lse, const AttentionDropout* dropout) {
   validate(dims, mask, q, k, v);
+  validate_dropout(mask, dropout);
   if (mask.batch == 0 || mask.q_len == 0) return;
   if (!out.data || !lse) throw RuntimeError("train attention: no output or lse buffer");
-  const Problem p{dims, mask, q, k, v, dims.heads / dims.kv_heads};
+  const Problem p{
+      dims, mask, q, k, v, dims.heads / dims.kv_heads, dropout ? *dropout : AttentionDropout{}};
   const std::int32_t d = dims.head_dim;
   std::vector<Tile> tiles;
   for (std::int32_t b = 0; b < mask.batch; ++b) {
@@ -267,12 +322,14 @@ void attention_forward(const AttentionDims& dims, const MaskView& mask, SeqView 
 
 void attention_backward(const AttentionDims& dims, const MaskView& mask, SeqView q, SeqView k,
                         SeqView v, SeqView out, SeqView dout, const float* lse, MutableSeqView dq,
-                        MutableSeqView dk, MutableSeqView dv) {
+                        MutableSeqView dk, MutableSeqView dv, const AttentionDropout* dropout) {
   validate(dims, mask, q, k, v);
+  validate_dropout(mask, dropout);
   if (mask.batch == 0) return;
   if (!out.data || !dout.data || !lse || !dq.data || (mask.k_len > 0 && (!dk.data || !dv.data)))
     throw RuntimeError("train attention: missing out, dout, lse or gradient buffers");
-  const Problem p{dims, mask, q, k, v, dims.heads / dims.kv_heads};
+  const Problem p{
+      dims, mask, q, k, v, dims.heads / dims.kv_heads, dropout ? *dropout : AttentionDropout{}};
   const Grads g{out, dout, lse, dq, dk, dv};
   const std::int64_t count = std::int64_t{mask.batch} * dims.kv_heads;
   const double flops = 10.0 * mask.batch * mask.q_len * mask.k_len * dims.heads * dims.head_dim;

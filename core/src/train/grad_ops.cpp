@@ -218,6 +218,19 @@ void apply_dropout(const DropoutKey& key, float p, const float* x, std::int64_t 
   }
 }
 
+// f(c, u) for the draws u of elements first .. first + n - 1 (c = 0 .. n - 1).
+template <typename F>
+void for_each_draw(const DropoutKey& key, std::uint64_t first, std::int64_t n, F&& f) {
+  std::int64_t c = 0;
+  std::uint64_t block = first / 4;
+  int lane = static_cast<int>(first % 4);
+  while (c < n) {
+    const Philox r = draws(key, block++);
+    for (; lane < 4 && c < n; ++lane, ++c) f(c, to_uniform(r.c[lane]));
+    lane = 0;
+  }
+}
+
 }  // namespace
 
 void layer_norm_backward(const Tensor& x, const Tensor& weight, float eps, const Tensor& dy,
@@ -356,6 +369,28 @@ void embedding_backward(std::span<const std::int32_t> ids, const Tensor& dy, Ten
 
 float dropout_uniform(const DropoutKey& key, std::uint64_t index) {
   return to_uniform(draws(key, index / 4).c[index % 4]);
+}
+
+void dropout_span(const DropoutKey& key, float p, std::uint64_t first, const float* x,
+                  std::int64_t n, float* y) {
+  require(p >= 0.0f && p < 1.0f, "dropout_span",
+          "the probability must be in [0, 1), got " + std::to_string(p));
+  if (p == 0.0f) {
+    if (y != x) std::memcpy(y, x, sizeof(float) * n);
+    return;
+  }
+  const float scale = 1.0f / (1.0f - p);
+  for_each_draw(key, first, n,
+                [&](std::int64_t c, float u) { y[c] = u >= p ? x[c] * scale : 0.0f; });
+}
+
+void dropout_factors(const DropoutKey& key, float p, std::uint64_t first, std::int64_t n,
+                     float* factors) {
+  require(p >= 0.0f && p < 1.0f, "dropout_factors",
+          "the probability must be in [0, 1), got " + std::to_string(p));
+  const float scale = 1.0f / (1.0f - p);
+  for_each_draw(key, first, n,
+                [&](std::int64_t c, float u) { factors[c] = u >= p ? scale : 0.0f; });
 }
 
 void dropout_forward(const DropoutKey& key, float p, const Tensor& x, Tensor& y) {

@@ -10,6 +10,7 @@
 #include "masque/random.hpp"
 #include "masque/safetensors_writer.hpp"
 #include "masque/train/attention.hpp"
+#include "masque/train/dropout.hpp"
 #include "masque/train/grad_ops.hpp"
 #include "masque/train/linear.hpp"
 #include "masque/transformer/network.hpp"
@@ -144,9 +145,11 @@ struct Packing {
   std::vector<std::int32_t> rows;   // the flat padded index of each real token, in order
   std::vector<std::int32_t> index;  // flat padded index -> packed row; -1 for pads
   std::int64_t padded = 0;          // batch * length
+  std::int32_t length = 0;          // tokens per batch row
 
   void build(const AttentionLayout& layout) {
     padded = std::int64_t{layout.batch} * layout.length;
+    length = layout.length;
     rows.clear();
     index.assign(static_cast<std::size_t>(padded), -1);
     for (std::int64_t r = 0; r < padded; ++r)
@@ -193,6 +196,37 @@ void gather_packed(const Tensor& padded, const Packing& p, Tensor& packed) {
     std::memcpy(packed.f32() + i * width, padded.f32() + std::int64_t{p.rows[i]} * width,
                 sizeof(float) * width);
 }
+
+// The dropout of one training forward: the rates and the context (null: evaluation, none).
+struct Drop {
+  const DropoutRates* rates = nullptr;
+  const DropoutContext* context = nullptr;
+};
+
+// One site's dropout over packed rows: row i is token rows[i] % length of batch row
+// rows[i] / length, so its mask is that record's (dropout.hpp). In place; the same call on the
+// gradient is the backward.
+struct RowDropout {
+  const DropoutContext* context = nullptr;
+  float p = 0;
+  std::uint32_t site = 0;
+  const Packing* pack = nullptr;
+
+  bool active() const { return context != nullptr && p > 0; }
+  void apply(Tensor& x) const {
+    if (!active()) return;
+    const std::int64_t width = x.dim(-1), rows = x.numel() / width;
+    parallel_range(rows, 8.0 * rows * width, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) {
+        const std::int32_t flat = pack->rows[static_cast<std::size_t>(i)];
+        const DropoutKey key =
+            dropout_key(*context, static_cast<std::size_t>(flat / pack->length), site);
+        float* row = x.f32() + i * width;
+        dropout_span(key, p, hidden_element(flat % pack->length, width, 0), row, width, row);
+      }
+    });
+  }
+};
 
 struct TLinear {
   LinearShape shape;
@@ -272,17 +306,20 @@ class TAttention {
 
   // Self-attention of h (packed rows of `pack`) under `layout`; y = output projection.
   void self_forward(const Tensor& h, const AttentionLayout& layout, const Packing& pack,
-                    std::span<const std::int32_t> positions, AttentionTape& t, Tensor& y) const {
+                    std::span<const std::int32_t> positions, const AttentionDropout& drop,
+                    AttentionTape& t, Tensor& y) const {
     project(h, h, t);
     rotate(t, positions, h.dim(0));
-    attend(MaskView::self(layout), layout.length, layout.length, pack, pack, t);
+    attend(MaskView::self(layout), layout.length, layout.length, pack, pack, drop, t);
     out_.forward(t.ctx, y);
   }
   // dy -> dh (written).
   void self_backward(const Tensor& h, const AttentionLayout& layout, const Packing& pack,
-                     std::span<const std::int32_t> positions, const AttentionTape& t,
-                     AttentionScratch& s, const Tensor& dy, Tensor& dh) const {
-    attend_backward(MaskView::self(layout), layout.length, layout.length, pack, pack, t, s, dy);
+                     std::span<const std::int32_t> positions, const AttentionDropout& drop,
+                     const AttentionTape& t, AttentionScratch& s, const Tensor& dy,
+                     Tensor& dh) const {
+    attend_backward(MaskView::self(layout), layout.length, layout.length, pack, pack, drop, t, s,
+                    dy);
     rotate_back(s, positions, h.dim(0));
     project_backward(h, h, s, dh, nullptr);
   }
@@ -290,19 +327,20 @@ class TAttention {
   // Cross-attention of h (packed rows of `pack`, q_len per row) to `memory` (packed rows of
   // `source_pack`, source.length per row).
   void cross_forward(const Tensor& h, std::int32_t q_len, const Packing& pack, const Tensor& memory,
-                     const AttentionLayout& source, const Packing& source_pack, AttentionTape& t,
-                     Tensor& y) const {
+                     const AttentionLayout& source, const Packing& source_pack,
+                     const AttentionDropout& drop, AttentionTape& t, Tensor& y) const {
     project(h, memory, t);
-    attend(MaskView::cross(source, q_len), q_len, source.length, pack, source_pack, t);
+    attend(MaskView::cross(source, q_len), q_len, source.length, pack, source_pack, drop, t);
     out_.forward(t.ctx, y);
   }
   // dy -> dh (written) and dmemory (added to).
   void cross_backward(const Tensor& h, std::int32_t q_len, const Packing& pack,
                       const Tensor& memory, const AttentionLayout& source,
-                      const Packing& source_pack, const AttentionTape& t, AttentionScratch& s,
-                      const Tensor& dy, Tensor& dh, Tensor& dmemory) const {
-    attend_backward(MaskView::cross(source, q_len), q_len, source.length, pack, source_pack, t, s,
-                    dy);
+                      const Packing& source_pack, const AttentionDropout& drop,
+                      const AttentionTape& t, AttentionScratch& s, const Tensor& dy, Tensor& dh,
+                      Tensor& dmemory) const {
+    attend_backward(MaskView::cross(source, q_len), q_len, source.length, pack, source_pack, drop,
+                    t, s, dy);
     project_backward(h, memory, s, dh, &dmemory);
   }
 
@@ -344,27 +382,27 @@ class TAttention {
 
   // q (rows of `qp`), k and v (rows of `kp`) -> ctx (packed like q).
   void attend(const MaskView& mask, std::int32_t q_len, std::int32_t k_len, const Packing& qp,
-              const Packing& kp, AttentionTape& t) const {
+              const Packing& kp, const AttentionDropout& drop, AttentionTape& t) const {
     const Tensor& q = padded_view(t.q, qp, t.q_pad);
     Tensor& ctx = padded_target(t.ctx, qp, t.ctx_pad, dims_q());
     t.lse.resize(static_cast<std::size_t>(mask.batch) * dims_.heads * q_len);
     if (fused()) {
       attention_forward(dims_, mask, seq_view(q, q_len, 0), seq_view(q, q_len, dims_q()),
                         seq_view(q, q_len, dims_q() + dims_kv()), mutable_seq_view(ctx, q_len),
-                        t.lse.data());
+                        t.lse.data(), &drop);
     } else {
       const Tensor& k = padded_view(t.k, kp, t.k_pad);
       const Tensor& v = padded_view(t.v, kp, t.v_pad);
       attention_forward(dims_, mask, seq_view(q, q_len), seq_view(k, k_len), seq_view(v, k_len),
-                        mutable_seq_view(ctx, q_len), t.lse.data());
+                        mutable_seq_view(ctx, q_len), t.lse.data(), &drop);
     }
     gather_packed(ctx, qp, t.ctx);
   }
 
   // dy -> d(ctx) -> t.dq, t.dk, t.dv (packed; fused: all three in dq's columns).
   void attend_backward(const MaskView& mask, std::int32_t q_len, std::int32_t k_len,
-                       const Packing& qp, const Packing& kp, const AttentionTape& t,
-                       AttentionScratch& s, const Tensor& dy) const {
+                       const Packing& qp, const Packing& kp, const AttentionDropout& drop,
+                       const AttentionTape& t, AttentionScratch& s, const Tensor& dy) const {
     out_.backward(t.ctx, dy, &s.dctx);
     // The kernel reads the padded forms the forward left (q_pad, ctx_pad) or the packed ones.
     const Tensor& q = qp.identity() ? t.q : t.q_pad;
@@ -376,7 +414,7 @@ class TAttention {
                          seq_view(q, q_len, dims_q() + dims_kv()), seq_view(ctx, q_len),
                          seq_view(dctx, q_len), t.lse.data(), mutable_seq_view(dq, q_len, 0),
                          mutable_seq_view(dq, q_len, dims_q()),
-                         mutable_seq_view(dq, q_len, dims_q() + dims_kv()));
+                         mutable_seq_view(dq, q_len, dims_q() + dims_kv()), &drop);
       gather_packed(dq, qp, s.dq);
       return;
     }
@@ -388,7 +426,7 @@ class TAttention {
     attention_backward(dims_, mask, seq_view(q, q_len), seq_view(k, k_len), seq_view(v, k_len),
                        seq_view(ctx, q_len), seq_view(dctx, q_len), t.lse.data(),
                        mutable_seq_view(dq, q_len), mutable_seq_view(dk, k_len),
-                       mutable_seq_view(dv, k_len));
+                       mutable_seq_view(dv, k_len), &drop);
     gather_packed(dq, qp, s.dq);
     gather_packed(dk, kp, s.dk);
     gather_packed(dv, kp, s.dv);
@@ -437,15 +475,19 @@ class TMlp {
     for (const LinearSpec& l : spec.in) in_.emplace_back(l, params, compute);
   }
 
-  void forward(const Tensor& x, MlpTape& t, MlpScratch& s, Tensor& y) const {
+  // `drop`: dropout on the down projection's input (activation_dropout).
+  void forward(const Tensor& x, const RowDropout& drop, MlpTape& t, MlpScratch& s,
+               Tensor& y) const {
     in_[0].forward(x, t.pre);
     if (kind_ == MlpKind::gated) in_[1].forward(x, t.up);
-    out_.forward(down_input(t, s), y);
+    out_.forward(down_input(t, drop, s), y);
   }
 
-  void backward(const Tensor& x, const MlpTape& t, MlpScratch& s, const Tensor& dy,
-                Tensor& dx) const {
-    out_.backward(down_input(t, s), dy, &s.dmixed);
+  void backward(const Tensor& x, const RowDropout& drop, const MlpTape& t, MlpScratch& s,
+                const Tensor& dy, Tensor& dx) const {
+    const Tensor& down = down_input(t, drop, s);
+    out_.backward(down, dy, &s.dmixed);
+    drop.apply(s.dmixed);  // d(act), or d(act * up), before the dropout
     if (kind_ == MlpKind::plain) {
       activation_backward(activation_, t.pre, s.dmixed, s.dmixed);  // in place
       in_[0].backward(x, s.dmixed, &dx);
@@ -462,13 +504,15 @@ class TMlp {
   }
 
  private:
-  // The down projection's input, computed from the tape: act(pre), or act(pre) * up.
-  const Tensor& down_input(const MlpTape& t, MlpScratch& s) const {
+  // The down projection's input, computed from the tape: act(pre), or act(pre) * up, then
+  // dropped. Plain: the dropped act(pre) is kept in s.mixed, s.act stays act(pre).
+  const Tensor& down_input(const MlpTape& t, const RowDropout& drop, MlpScratch& s) const {
     copy(t.pre, s.act);
     activate(activation_, s.act);
-    if (kind_ == MlpKind::plain) return s.act;
+    if (kind_ == MlpKind::plain && !drop.active()) return s.act;
     copy(s.act, s.mixed);
-    multiply(s.mixed, t.up);
+    if (kind_ == MlpKind::gated) multiply(s.mixed, t.up);
+    drop.apply(s.mixed);
     return s.mixed;
   }
 
@@ -497,6 +541,7 @@ struct ResidualTape {
 struct Scratch {
   Tensor y;               // a sub-layer's output, before it joins the residual
   Tensor d_input, dnorm;  // backward: d(f's input), d(norm's input)
+  Tensor dropped;         // backward: d(f's output) through the residual dropout
   AttentionScratch attention;
   MlpScratch mlp;
 };
@@ -541,8 +586,10 @@ struct BlockTape {
 
 class TBlock {
  public:
-  TBlock(const BlockSpec& spec, ParameterSet& params, const Rotary* rotary, DType compute)
-      : pre_(spec.pre_norm),
+  TBlock(const BlockSpec& spec, ParameterSet& params, const Rotary* rotary, DType compute,
+         int layer)
+      : layer_(layer),
+        pre_(spec.pre_norm),
         attention_norm_(spec.attention_norm, params),
         cross_norm_(spec.cross_norm, params),
         mlp_norm_(spec.mlp_norm, params),
@@ -563,41 +610,83 @@ class TBlock {
     const Packing* source_pack = nullptr;
     Tensor* dmemory = nullptr;  // backward: d(memory) accumulates here
     Scratch* scratch = nullptr;
+    Drop drop{};
+    int stack = 0;
   };
 
   void forward(Tensor& x, const Context& c, BlockTape& t) const {
     Scratch& s = *c.scratch;
+    const Sites d = sites(c);
     residual_forward(pre_, attention_norm_, x, t.self_r, s, [&](const Tensor& h, Tensor& y) {
-      self_.self_forward(h, *c.layout, *c.pack, c.positions, t.self_a, y);
+      self_.self_forward(h, *c.layout, *c.pack, c.positions, d.self_probs, t.self_a, y);
+      d.self_out.apply(y);
     });
     if (has_cross_)
       residual_forward(pre_, cross_norm_, x, t.cross_r, s, [&](const Tensor& h, Tensor& y) {
         cross_.cross_forward(h, c.layout->length, *c.pack, *c.memory, *c.source, *c.source_pack,
-                             t.cross_a, y);
+                             d.cross_probs, t.cross_a, y);
+        d.cross_out.apply(y);
       });
-    residual_forward(pre_, mlp_norm_, x, t.mlp_r, s,
-                     [&](const Tensor& h, Tensor& y) { mlp_.forward(h, t.mlp, s.mlp, y); });
+    residual_forward(pre_, mlp_norm_, x, t.mlp_r, s, [&](const Tensor& h, Tensor& y) {
+      mlp_.forward(h, d.activation, t.mlp, s.mlp, y);
+      d.mlp_out.apply(y);
+    });
   }
 
   void backward(Tensor& dx, const Context& c, BlockTape& t) const {
     Scratch& s = *c.scratch;
+    const Sites d = sites(c);
+    // d(f's output) -> d(f's result before its dropout).
+    auto undrop = [&](const RowDropout& r, const Tensor& dy) -> const Tensor& {
+      if (!r.active()) return dy;
+      copy(dy, s.dropped);
+      r.apply(s.dropped);
+      return s.dropped;
+    };
     residual_backward(pre_, mlp_norm_, dx, t.mlp_r, s,
                       [&](const Tensor& h, const Tensor& dy, Tensor& dh) {
-                        mlp_.backward(h, t.mlp, s.mlp, dy, dh);
+                        mlp_.backward(h, d.activation, t.mlp, s.mlp, undrop(d.mlp_out, dy), dh);
                       });
     if (has_cross_)
       residual_backward(
           pre_, cross_norm_, dx, t.cross_r, s, [&](const Tensor& h, const Tensor& dy, Tensor& dh) {
             cross_.cross_backward(h, c.layout->length, *c.pack, *c.memory, *c.source,
-                                  *c.source_pack, t.cross_a, s.attention, dy, dh, *c.dmemory);
+                                  *c.source_pack, d.cross_probs, t.cross_a, s.attention,
+                                  undrop(d.cross_out, dy), dh, *c.dmemory);
           });
-    residual_backward(
-        pre_, attention_norm_, dx, t.self_r, s, [&](const Tensor& h, const Tensor& dy, Tensor& dh) {
-          self_.self_backward(h, *c.layout, *c.pack, c.positions, t.self_a, s.attention, dy, dh);
-        });
+    residual_backward(pre_, attention_norm_, dx, t.self_r, s,
+                      [&](const Tensor& h, const Tensor& dy, Tensor& dh) {
+                        self_.self_backward(h, *c.layout, *c.pack, c.positions, d.self_probs,
+                                            t.self_a, s.attention, undrop(d.self_out, dy), dh);
+                      });
   }
 
  private:
+  // This layer's dropout sites (inactive without a context or at rate 0).
+  struct Sites {
+    RowDropout self_out, cross_out, mlp_out, activation;
+    AttentionDropout self_probs, cross_probs;
+  };
+  Sites sites(const Context& c) const {
+    Sites d;
+    if (!c.drop.context) return d;
+    const DropoutRates& r = *c.drop.rates;
+    auto row = [&](float p, DropoutPlace place) {
+      return RowDropout{c.drop.context, p, dropout_site(c.stack, layer_, place), c.pack};
+    };
+    auto probs = [&](DropoutPlace place) {
+      return AttentionDropout{r.attention, c.drop.context, dropout_site(c.stack, layer_, place)};
+    };
+    d.self_out = row(r.residual, DropoutPlace::attention_output);
+    d.cross_out = row(r.residual, DropoutPlace::cross_output);
+    d.mlp_out = row(r.residual, DropoutPlace::mlp_output);
+    d.activation = row(r.activation, DropoutPlace::activation);
+    d.self_probs = probs(DropoutPlace::attention_probs);
+    d.cross_probs = probs(DropoutPlace::cross_probs);
+    return d;
+  }
+
+  int layer_ = 0;
   bool pre_ = true, has_cross_ = false;
   TNorm attention_norm_, cross_norm_, mlp_norm_;
   TAttention self_, cross_;
@@ -619,8 +708,10 @@ struct StackTape {
 class TStack {
  public:
   TStack() = default;
-  TStack(const StackSpec& spec, ParameterSet& params, DType compute)
+  // `stack`: 0 for the decoder (or the only stack), 1 for an encoder (dropout sites).
+  TStack(const StackSpec& spec, ParameterSet& params, DType compute, int stack)
       : spec_(spec),
+        stack_(stack),
         tokens_(find(params, spec.embeddings.tokens)),
         learned_(spec.embeddings.positions.kind == PositionKind::learned
                      ? find(params, spec.embeddings.positions.table)
@@ -637,20 +728,22 @@ class TStack {
         rotary_ = std::make_unique<Rotary>(b.attention.head_dim, p.rope_theta, 0, p.rotary_dim);
         rotary = rotary_.get();
       }
-    for (const BlockSpec& b : spec.blocks) blocks_.emplace_back(b, params, rotary, compute);
+    for (const BlockSpec& b : spec.blocks)
+      blocks_.emplace_back(b, params, rotary, compute, static_cast<int>(blocks_.size()));
   }
 
   bool empty() const { return tokens_ == nullptr; }
 
   // `memory` and `source_pack`: the encoder's output and packing (cross-attention), or null.
   void forward(const Batch& batch, const Tensor* memory, const AttentionLayout* source,
-               const Packing* source_pack, StackTape& t) const {
+               const Packing* source_pack, const Drop& drop, StackTape& t) const {
     prepare(batch, t);
     embed(t);
+    embedding_dropout(drop, t).apply(t.output);
     t.blocks.resize(blocks_.size());
     copy(t.output, t.x);
-    const TBlock::Context c{&batch.attention, &t.pack,     t.positions, memory,
-                            source,           source_pack, nullptr,     &t.scratch};
+    const TBlock::Context c{&batch.attention, &t.pack, t.positions, memory, source,
+                            source_pack,      nullptr, &t.scratch,  drop,   stack_};
     for (std::size_t l = 0; l < blocks_.size(); ++l) blocks_[l].forward(t.x, c, t.blocks[l]);
     if (final_norm_.present()) {
       std::swap(t.x, t.last);
@@ -662,19 +755,26 @@ class TStack {
 
   // d(output) -> parameters' gradients (and d(memory) for a decoder with cross-attention).
   void backward(const Batch& batch, const Tensor* memory, const AttentionLayout* source,
-                const Packing* source_pack, StackTape& t, const Tensor& doutput,
+                const Packing* source_pack, const Drop& drop, StackTape& t, const Tensor& doutput,
                 Tensor* dmemory) const {
     if (final_norm_.present())
       final_norm_.backward(t.last, doutput, t.dx);
     else
       copy(doutput, t.dx);
-    const TBlock::Context c{&batch.attention, &t.pack,     t.positions, memory,
-                            source,           source_pack, dmemory,     &t.scratch};
+    const TBlock::Context c{&batch.attention, &t.pack, t.positions, memory, source,
+                            source_pack,      dmemory, &t.scratch,  drop,   stack_};
     for (std::size_t l = blocks_.size(); l-- > 0;) blocks_[l].backward(t.dx, c, t.blocks[l]);
+    embedding_dropout(drop, t).apply(t.dx);
     embed_backward(t, t.dx);
   }
 
  private:
+  RowDropout embedding_dropout(const Drop& drop, const StackTape& t) const {
+    if (!drop.context) return {};
+    return {drop.context, drop.rates->embedding, dropout_site(stack_, 0, DropoutPlace::embedding),
+            &t.pack};
+  }
+
   // The real tokens' ids, positions and token types, packed (pads take no part).
   static void prepare(const Batch& batch, StackTape& t) {
     t.pack.build(batch.attention);
@@ -724,6 +824,7 @@ class TStack {
   }
 
   StackSpec spec_;
+  int stack_ = 0;
   Entry* tokens_ = nullptr;
   Entry* learned_ = nullptr;
   Entry* types_ = nullptr;
@@ -833,12 +934,21 @@ struct Tape {
   Tensor dhidden, dmemory;
   const Batch* inputs = nullptr;
   const Batch* source = nullptr;
+  DropoutContext dropout;  // the forward's, when it dropped
+  bool dropping = false;
 };
+
+namespace {
+Drop drop_of(const Tape& tape, const DropoutRates& rates) {
+  if (!tape.dropping) return {};
+  return {&rates, &tape.dropout};
+}
+}  // namespace
 
 struct TrainableTransformer::Impl {
   Impl(const TransformerSpec& spec, ParameterSet& params, DType compute)
-      : decoder(spec.decoder, params, compute), head(spec.head, params, compute) {
-    if (spec.encoder_decoder()) encoder = TStack(spec.encoder, params, compute);
+      : decoder(spec.decoder, params, compute, 0), head(spec.head, params, compute) {
+    if (spec.encoder_decoder()) encoder = TStack(spec.encoder, params, compute, 1);
     if (!spec.head.present())
       throw ConfigError("training needs the model's output head (" + spec.head.absent_reason + ")");
   }
@@ -864,36 +974,40 @@ TapePtr TrainableTransformer::make_tape() const {
 }
 
 void TrainableTransformer::forward(const Batch& inputs, const Batch* source,
-                                   std::span<const std::int32_t> rows, Tape& tape,
-                                   Tensor& logits) const {
+                                   std::span<const std::int32_t> rows, Tape& tape, Tensor& logits,
+                                   const DropoutContext* dropout) const {
   if (spec_.encoder_decoder() != (source != nullptr))
     throw RuntimeError(spec_.encoder_decoder()
                            ? "training an encoder-decoder needs a source batch"
                            : "a source batch is only for encoder-decoder models");
   tape.inputs = &inputs;
   tape.source = source;
+  tape.dropping = dropout != nullptr && options_.dropout.any();
+  if (tape.dropping) tape.dropout = *dropout;
+  const Drop drop = drop_of(tape, options_.dropout);
   const Tensor* memory = nullptr;
   if (source) {
-    impl_->encoder.forward(*source, nullptr, nullptr, nullptr, tape.encoder);
+    impl_->encoder.forward(*source, nullptr, nullptr, nullptr, drop, tape.encoder);
     memory = &tape.encoder.output;
   }
   impl_->decoder.forward(inputs, memory, source ? &source->attention : nullptr,
-                         source ? &tape.encoder.pack : nullptr, tape.decoder);
+                         source ? &tape.encoder.pack : nullptr, drop, tape.decoder);
   impl_->head.forward(tape.decoder.output, tape.decoder.pack, rows, tape.head, logits);
 }
 
 void TrainableTransformer::backward(Tape& tape, const Tensor& dlogits) const {
   impl_->head.backward(tape.decoder.output, tape.head, dlogits, tape.dhidden);
+  const Drop drop = drop_of(tape, options_.dropout);
   if (!tape.source) {
-    impl_->decoder.backward(*tape.inputs, nullptr, nullptr, nullptr, tape.decoder, tape.dhidden,
-                            nullptr);
+    impl_->decoder.backward(*tape.inputs, nullptr, nullptr, nullptr, drop, tape.decoder,
+                            tape.dhidden, nullptr);
     return;
   }
   tape.dmemory.resize(tape.encoder.output.shape());
   std::memset(tape.dmemory.raw(), 0, tape.dmemory.bytes());
   impl_->decoder.backward(*tape.inputs, &tape.encoder.output, &tape.source->attention,
-                          &tape.encoder.pack, tape.decoder, tape.dhidden, &tape.dmemory);
-  impl_->encoder.backward(*tape.source, nullptr, nullptr, nullptr, tape.encoder, tape.dmemory,
+                          &tape.encoder.pack, drop, tape.decoder, tape.dhidden, &tape.dmemory);
+  impl_->encoder.backward(*tape.source, nullptr, nullptr, nullptr, drop, tape.encoder, tape.dmemory,
                           nullptr);
 }
 

@@ -136,6 +136,7 @@ class Session {
   // Whether any rank was signalled or ran out of time (every rank stops at the same step).
   bool should_stop(bool out_of_time, int& signal) const;
   void load_model();
+  DropoutRates dropout_rates() const;  // config.json's, or task.dropout's
   std::vector<Example> load(const fs::path& file, const char* what) const;
   std::int64_t total_steps(const std::vector<Example>& examples) const;
   void restore();
@@ -209,7 +210,8 @@ void Session::load_model() {
   else
     params_ = ParameterSet::from_checkpoint(spec_, transformer::open_checkpoint(model_dir_));
   network_ = std::make_unique<TrainableTransformer>(
-      spec_, params_, NetworkOptions{.matmul_dtype = settings_.matmul_dtype});
+      spec_, params_,
+      NetworkOptions{.matmul_dtype = settings_.matmul_dtype, .dropout = dropout_rates()});
   if (info_.kind == ModelKind::encoder_decoder) {
     const PluginEntry& entry = registry_.find(PluginKind::mask, "bidirectional");
     std::unique_ptr<Plugin> p = registry_.create(entry, default_params(*entry.descriptor));
@@ -218,6 +220,22 @@ void Session::load_model() {
   objective_ = std::make_unique<Objective>(
       settings_.objective, *plugins_.tokenizer, plugins_.target_tokenizer.get(),
       ObjectiveMasks{.inputs = plugins_.mask.get(), .source = source_mask_.get()}, info_);
+}
+
+DropoutRates Session::dropout_rates() const {
+  const fs::path file = model_dir_ / "config.json";
+  std::ifstream in(file);
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(file.string() + ": " + e.what());
+  }
+  try {
+    return dropout_rates_of(config, settings_.dropout);
+  } catch (const ConfigError& e) {
+    throw ConfigError(file.string() + ": " + e.what());
+  }
 }
 
 bool Session::should_stop(bool out_of_time, int& signal) const {
@@ -386,6 +404,14 @@ int Session::run() {
                  static_cast<long long>(total_), static_cast<long long>(train.size()), t.batch_size,
                  t.accumulation, t.schedule.base_lr, settings_.output.c_str());
 
+  if (leader() && network_->options().dropout.any()) {
+    const DropoutRates& d = network_->options().dropout;
+    std::fprintf(stderr,
+                 "masque train: dropout: embeddings %g, sub-layer outputs %g, attention "
+                 "probabilities %g, activations %g (seed %llu)\n",
+                 d.embedding, d.residual, d.attention, d.activation,
+                 static_cast<unsigned long long>(settings_.trainer.seed));
+  }
   const StopSignals signals;
   const bool tty = isatty(2) && !options_.quiet && leader();
   Progress progress(total_, trainer_->steps_done(), tty);

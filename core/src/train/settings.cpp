@@ -1,6 +1,7 @@
 #include "train/settings.hpp"
 
 #include <algorithm>
+#include <string>
 
 #include "masque/error.hpp"
 
@@ -149,6 +150,14 @@ std::vector<ParamSpec> params() {
                "config.json as the original model does (seeded); auto: pretrained when the "
                "folder has weights",
        .choices = "auto|scratch|pretrained"},
+      {.name = "dropout",
+       .type = ParamType::string,
+       .default_value = "config",
+       .help = "config: the dropout rates of the model's config.json (BERT hidden_dropout_prob "
+               "and attention_probs_dropout_prob, GPT-2 embd/resid/attn_pdrop, Llama "
+               "attention_dropout, encoder-decoder dropout/attention_dropout/"
+               "activation_dropout), or a number p in [0, 1): p at each of those places (0: "
+               "none); masks seeded by (seed, step, record), never at validation"},
       {.name = "matmul_dtype",
        .type = ParamType::string,
        .default_value = "f32",
@@ -238,6 +247,21 @@ std::vector<ParamSpec> params() {
   };
 }
 
+float parse_dropout(const std::string& text) {
+  if (text == "config") return -1.0f;
+  std::size_t used = 0;
+  double p = -1;
+  try {
+    p = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || !(p >= 0.0 && p < 1.0))
+    throw ConfigError("task.dropout: expected `config` or a probability in [0, 1), got '" + text +
+                      "'");
+  return static_cast<float>(p);
+}
+
 }  // namespace
 
 const TaskSpec& train_task_spec() {
@@ -317,6 +341,7 @@ TrainSettings train_settings(const Params& p) {
   s.log_every = p.get_int("log_every");
   s.max_bad_records = p.get_int("max_bad_records");
   s.matmul_dtype = p.get_string("matmul_dtype") == "bf16" ? DType::bf16 : DType::f32;
+  s.dropout = parse_dropout(p.get_string("dropout"));
   const std::string init = p.get_string("init");
   s.init = init == "scratch"      ? InitMode::scratch
            : init == "pretrained" ? InitMode::pretrained

@@ -33,6 +33,7 @@ struct TrainSettings {
   std::int64_t max_bad_records = 100;
   InitMode init = InitMode::automatic;
   DType matmul_dtype = DType::f32;
+  float dropout = -1;  // < 0: the config's rates; else p at every place the model drops
 };
 
 // The settings of a validated `task:` section; input format `auto` is decided by the extension

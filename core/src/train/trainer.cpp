@@ -106,14 +106,24 @@ StepResult Trainer::step() {
   const auto own_end = own_begin + static_cast<std::size_t>(options_.threads);
   std::vector<std::vector<TrainingBatch>> micro;
   std::int64_t count = 0, epoch = 0, input_tokens = 0;
+  const bool dropout = network_.options().dropout.any();
+  dropout_.clear();
   for (std::int32_t a = 0; a < options_.accumulation; ++a) {
     const std::vector<const Example*> examples = next_micro_batch(epoch);
     for (const Example* e : examples) input_tokens += e->tokens();
     auto& parts = micro.emplace_back();
+    auto& contexts = dropout_.emplace_back();
     const auto all = split(examples, options_.threads * ranks);
     for (std::size_t i = own_begin; i < std::min(own_end, all.size()); ++i) {
       parts.push_back(objective_.lay_out(all[i], epoch));
       count += static_cast<std::int64_t>(parts.back().labels.size());
+      if (!dropout) continue;
+      // A record's masks follow it (its micro-batch and line), not its place in the part.
+      DropoutContext& c = contexts.emplace_back();
+      c.seed = options_.seed;
+      c.step = static_cast<std::uint64_t>(step_);
+      for (const Example* e : all[i])
+        c.records.push_back(dropout_record(static_cast<std::uint64_t>(a), e->line));
     }
   }
   if (ranks > 1) {
@@ -147,10 +157,16 @@ StepResult Trainer::step() {
   return r;
 }
 
+const DropoutContext* Trainer::dropout_of(std::size_t a, std::size_t i) const {
+  if (a >= dropout_.size() || i >= dropout_[a].size()) return nullptr;
+  return &dropout_[a][i];
+}
+
 double Trainer::train_part(const TrainableTransformer& net, Tape& tape, const TrainingBatch& b,
-                           std::int64_t count, Tensor& logits) const {
+                           const DropoutContext* dropout, std::int64_t count,
+                           Tensor& logits) const {
   const CrossEntropyOptions ce{.label_smoothing = options_.label_smoothing};
-  net.forward(b.inputs, source_of(b), b.rows, tape, logits);
+  net.forward(b.inputs, source_of(b), b.rows, tape, logits, dropout);
   const double loss =
       cross_entropy(logits, b.labels, static_cast<double>(count), ce, &logits).loss_sum;
   net.backward(tape, logits);
@@ -163,9 +179,9 @@ double Trainer::run_parts(const std::vector<std::vector<TrainingBatch>>& micro,
   if (!workers_) {
     double loss_sum = 0;
     Tensor logits;
-    for (const auto& parts : micro)
-      for (const TrainingBatch& b : parts)
-        loss_sum += train_part(network_, *tape_, b, count, logits);
+    for (std::size_t a = 0; a < micro.size(); ++a)
+      for (std::size_t i = 0; i < micro[a].size(); ++i)
+        loss_sum += train_part(network_, *tape_, micro[a][i], dropout_of(a, i), count, logits);
     return loss_sum;
   }
   Workers& w = *workers_;
@@ -179,8 +195,9 @@ double Trainer::run_parts(const std::vector<std::vector<TrainingBatch>>& micro,
       try {
         const TrainableTransformer& net = t == 0 ? network_ : *w.nets[t - 1];
         Tensor logits;
-        for (const auto& parts : micro) {
-          if (t < parts.size()) losses[t] += train_part(net, *w.tapes[t], parts[t], count, logits);
+        for (std::size_t a = 0; a < micro.size(); ++a) {
+          if (t < micro[a].size())
+            losses[t] += train_part(net, *w.tapes[t], micro[a][t], dropout_of(a, t), count, logits);
         }
       } catch (...) {
         errors[t] = std::current_exception();

@@ -75,5 +75,13 @@ void dropout_forward(const DropoutKey& key, float p, const Tensor& x, Tensor& y)
 void dropout_backward(const DropoutKey& key, float p, const Tensor& dy, Tensor& dx);
 // The uniform draw of element `index` (for tests and for callers that build their own masks).
 float dropout_uniform(const DropoutKey& key, std::uint64_t index);
+// A run of elements numbered first .. first + n - 1 (a row of a larger tensor whose numbering
+// the caller chooses, dropout.hpp): y = x * keep / (1 - p), y may be x; the same call on the
+// gradient is the backward. p == 0 copies.
+void dropout_span(const DropoutKey& key, float p, std::uint64_t first, const float* x,
+                  std::int64_t n, float* y);
+// factors[c] = 1 / (1 - p) for a kept element first + c, else 0.
+void dropout_factors(const DropoutKey& key, float p, std::uint64_t first, std::int64_t n,
+                     float* factors);
 
 }  // namespace masque::train

@@ -23,6 +23,7 @@
 #include "masque/model.hpp"
 #include "masque/safetensors.hpp"
 #include "masque/tensor.hpp"
+#include "masque/train/dropout.hpp"
 #include "masque/transformer/spec.hpp"
 
 namespace masque::train {
@@ -81,8 +82,13 @@ using TapePtr = std::unique_ptr<Tape, TapeDeleter>;
 // call) with f32 accumulation and output; parameters, gradients and optimizer state stay f32.
 // bf16 needs a CPU with AVX-512 BF16 (or AMX) instructions; elsewhere the constructor throws a
 // ConfigError saying so.
+//
+// dropout: the rates of the places the model applies dropout (dropout.hpp); they act only in a
+// forward given a DropoutContext (training), never in evaluation. All 0 (the default): no
+// dropout anywhere, the network computes exactly as without these options.
 struct NetworkOptions {
   DType matmul_dtype = DType::f32;
+  DropoutRates dropout{};
 };
 
 class BOOST_SYMBOL_VISIBLE TrainableTransformer {
@@ -100,8 +106,10 @@ class BOOST_SYMBOL_VISIBLE TrainableTransformer {
 
   // Logits [rows.size(), vocab] of flat rows `rows` of `inputs` (b * length + t). `source` is
   // an encoder-decoder's encoder input (null otherwise); `inputs` is then the decoder's.
+  // `dropout`: training with the options' dropout rates, the masks drawn from this context
+  // (one record key per batch row; the same rows in `source`); null: no dropout.
   void forward(const Batch& inputs, const Batch* source, std::span<const std::int32_t> rows,
-               Tape& tape, Tensor& logits) const;
+               Tape& tape, Tensor& logits, const DropoutContext* dropout = nullptr) const;
   // Adds d(loss)/d(parameter) to every parameter's grad, given d(loss)/d(logits) of the last
   // forward on `tape`.
   void backward(Tape& tape, const Tensor& dlogits) const;

@@ -92,9 +92,12 @@ class BOOST_SYMBOL_VISIBLE Trainer {
   // Forward, loss and backward of the step's micro-batches, one thread per part; returns the
   // summed token loss (in part order) and leaves the summed gradient in params_.
   double run_parts(const std::vector<std::vector<TrainingBatch>>& parts, std::int64_t count);
-  // Forward, loss (over the step's `count` predicted tokens) and backward of one part on `net`.
+  // Forward, loss (over the step's `count` predicted tokens) and backward of one part on `net`,
+  // with dropout drawn from `dropout` (null: none).
   double train_part(const TrainableTransformer& net, Tape& tape, const TrainingBatch& b,
-                    std::int64_t count, Tensor& logits) const;
+                    const DropoutContext* dropout, std::int64_t count, Tensor& logits) const;
+  // The dropout of part i of micro-batch a of this step (null when the network has none).
+  const DropoutContext* dropout_of(std::size_t a, std::size_t i) const;
 
   const TrainableTransformer& network_;
   ParameterSet& params_;
@@ -111,6 +114,7 @@ class BOOST_SYMBOL_VISIBLE Trainer {
   std::size_t batch_ = 0;
   std::vector<std::uint32_t> order_;  // of epoch_
   std::vector<BatchSpan> batches_;
+  std::vector<std::vector<DropoutContext>> dropout_;  // the step's, like its micro-batches' parts
 };
 
 }  // namespace masque::train
