@@ -169,8 +169,11 @@ int cmd_attention(int argc, char** argv) {
   spec.token_types = tokens.types;
   spec.segments = tokens.types;
   const TokenId query_token = plugins.tokenizer->special_tokens().mask;
-  BuiltBatch built = build_batch(std::span(&spec, 1), *plugins.mask, model.info().pad,
-                                 query_token >= 0 ? query_token : tokens.ids.front());
+  BuiltBatch built = build_batch(std::span(&spec, 1), *plugins.mask, model.info().pad, query_token);
+  if (query_token < 0 && !built.masks.front().query_positions.empty())
+    throw ConfigError(
+        "masque attention: the mask strategy appends query tokens, fed as [MASK], "
+        "and the tokenizer has no mask token");
 
   const std::int32_t heads = model.info().num_heads;
   std::int32_t first = 0, count = 0;  // 0: every head
