@@ -3,11 +3,13 @@
 #include <unicode/utf8.h>
 
 #include <algorithm>
+#include <fstream>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
 #include "common.hpp"
+#include "heatmap_svg.hpp"
 
 namespace fs = std::filesystem;
 #include "masque/error.hpp"
@@ -29,6 +31,7 @@ Examples:
   masque mask --strategy seq2seq --segments 0,0,0,0,0,0,1,1,1,1 \
       [CLS] 你 想 吃 啥 [SEP] 白 切 鸡 [SEP]
   masque mask --strategy permutation --set stream=query --format json a b c
+  masque mask --strategy causal --format svg -o causal.svg 北 京 欢 迎 你
 )";
 
 // Terminal columns taken by a UTF-8 string (wide CJK = 2, combining marks = 0).
@@ -86,7 +89,10 @@ int cmd_mask(int argc, char** argv) {
       "segments", po::value<std::string>(), "segment id per token, e.g. 0,0,0,1,1 (seq2seq)")(
       "record-id", po::value<std::uint64_t>()->default_value(0),
       "record number (seeds random orders)")(
-      "format,f", po::value<std::string>()->default_value("grid"), "grid or json")(
+      "format,f", po::value<std::string>()->default_value("grid"),
+      "grid, json or svg (a picture with the tokens as labels; `masque attention` draws what "
+      "the network attends to within the same pattern)")("output,o", po::value<std::string>(),
+                                                         "write to this file instead of stdout")(
       "allow-plugin-file", po::bool_switch(), "allow --strategy to name a library file");
   po::options_description hidden;
   hidden.add_options()("tokens", po::value<std::vector<std::string>>());
@@ -100,8 +106,15 @@ int cmd_mask(int argc, char** argv) {
   if (!vm.count("strategy"))
     throw ConfigError("masque mask: --strategy is required (see masque mask --help)");
   const std::string format = vm["format"].as<std::string>();
-  if (format != "grid" && format != "json")
-    throw ConfigError("--format: expected grid or json, got '" + format + "'");
+  if (format != "grid" && format != "json" && format != "svg")
+    throw ConfigError("--format: expected grid, json or svg, got '" + format + "'");
+  std::ofstream file;
+  if (vm.count("output")) {
+    file.open(vm["output"].as<std::string>(), std::ios::binary);
+    if (!file)
+      throw ConfigError("-o " + vm["output"].as<std::string>() + ": cannot open it for writing");
+  }
+  std::ostream& out = vm.count("output") ? static_cast<std::ostream&>(file) : std::cout;
   std::vector<std::string> tokens;
   if (vm.count("tokens")) tokens = vm["tokens"].as<std::vector<std::string>>();
 
@@ -139,6 +152,15 @@ int cmd_mask(int argc, char** argv) {
   }
   labels.resize(n, "");
 
+  if (format == "svg") {
+    Heatmap map;
+    map.title = "mask " + vm["strategy"].as<std::string>() + ": rows = queries, columns = keys";
+    map.labels = labels;
+    map.allowed = allowed_cells(mask);
+    map.panels.push_back({.title = "allowed", .head = -1, .values = {}});
+    out << render_svg(map);
+    return kExitOk;
+  }
   if (format == "json") {
     nlohmann::ordered_json j;
     j["strategy"] = vm["strategy"].as<std::string>();
@@ -154,7 +176,7 @@ int cmd_mask(int argc, char** argv) {
     if (!mask.order.empty()) j["order"] = mask.order;
     if (!mask.query_positions.empty()) j["query_positions"] = mask.query_positions;
     j["incremental"] = plugins.mask->supports_incremental();
-    std::cout << j.dump() << "\n";
+    out << j.dump() << "\n";
     return kExitOk;
   }
 
@@ -165,18 +187,18 @@ int cmd_mask(int argc, char** argv) {
   }
   cell_w = std::min(cell_w, 8);
   const int index_w = static_cast<int>(std::to_string(n).size());
-  std::cout << "mask " << vm["strategy"].as<std::string>();
+  out << "mask " << vm["strategy"].as<std::string>();
   if (!mask.order.empty()) {
-    std::cout << ", order";
-    for (auto p : mask.order) std::cout << " " << p;
-    std::cout << " (";
+    out << ", order";
+    for (auto p : mask.order) out << " " << p;
+    out << " (";
     for (std::size_t t = 0; t < mask.order.size(); ++t)
-      std::cout << (t ? " → " : "")
-                << (static_cast<std::size_t>(mask.order[t]) < tokens.size() ? tokens[mask.order[t]]
-                                                                            : "?");
-    std::cout << ")";
+      out << (t ? " → " : "")
+          << (static_cast<std::size_t>(mask.order[t]) < tokens.size() ? tokens[mask.order[t]]
+                                                                      : "?");
+    out << ")";
   }
-  std::cout << "; rows = queries, columns = keys, ■ = may attend\n";
+  out << "; rows = queries, columns = keys, ■ = may attend\n";
   auto cut = [&](const std::string& l) {
     if (display_width(l) < cell_w) return l;
     // Truncate to the cell, keeping whole UTF-8 characters.
@@ -193,9 +215,9 @@ int cmd_mask(int argc, char** argv) {
     }
     return out + "…";
   };
-  auto print_line = [](std::string line) {
+  auto print_line = [&out](std::string line) {
     line.erase(line.find_last_not_of(' ') + 1);
-    std::cout << line << "\n";
+    out << line << "\n";
   };
   const std::string head(index_w + 1 + label_w + 2, ' ');
   std::string numbers = head, names = head;

@@ -102,6 +102,11 @@ void check_stream(const Pipeline& pipeline, const po::variables_map& vm) {
         name + "' settles its tokens only at the end");
   if (vm.count("shard") || dist::launched_by_mpi())
     throw ConfigError("--stream writes one output as it goes: not with --shard or mpirun");
+  // Both replay the chosen tokens after the search (and replace_unknowns rewrites them).
+  for (const char* option : {"return_attention", "replace_unknowns"})
+    if (pipeline.task_params.has(option) && pipeline.task_params.get_bool(option))
+      throw ConfigError(std::string("--stream: not with task.") + option +
+                        " (the text is settled only after the search)");
 }
 
 }  // namespace

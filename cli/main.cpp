@@ -15,6 +15,7 @@ int cmd_run(int argc, char** argv);
 int cmd_plugins(int argc, char** argv);
 int cmd_tasks(int argc, char** argv);
 int cmd_mask(int argc, char** argv);
+int cmd_attention(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
 int cmd_train(int argc, char** argv);
@@ -35,6 +36,7 @@ Commands:
   plugins [NAME]    list the plugins, or show one plugin's parameters
   tasks [NAME]      list the tasks a pipeline can run, or show one task's parameters
   mask              show a mask strategy's attention pattern for some tokens
+  attention PIPELINE TEXT  draw a layer's attention under the pipeline's mask (SVG, JSON)
   tokenize          run a tokenizer alone: ids, pieces and byte offsets per record
   eval              word and token error rates of hypotheses against references
 
@@ -79,6 +81,7 @@ int main(int argc, char** argv) {
     if (command == "plugins") return cli::cmd_plugins(argc - 1, argv + 1);
     if (command == "tasks") return cli::cmd_tasks(argc - 1, argv + 1);
     if (command == "mask") return cli::cmd_mask(argc - 1, argv + 1);
+    if (command == "attention") return cli::cmd_attention(argc - 1, argv + 1);
     if (command == "tokenize") return cli::cmd_tokenize(argc - 1, argv + 1);
     if (command == "eval") return cli::cmd_eval(argc - 1, argv + 1);
     if (command == "train") return cli::cmd_train(argc - 1, argv + 1);

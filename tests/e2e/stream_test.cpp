@@ -112,6 +112,13 @@ TEST_CASE("stream: seq2seq greedy text equals a run without --stream, beam is re
   const auto jsonl = run_masque({"run", ready("lm-generate.yaml"), "--stream"}, "x\n");
   CHECK(jsonl.exit_code == 2);
   CHECK_THAT(jsonl.err, Catch::Contains("--stream needs --format text"));
+  for (const char* option : {"task.replace_unknowns=true", "task.return_attention=true"}) {
+    auto settled = streamed;
+    settled.insert(settled.end(), {"--set", option});
+    const auto refused = run_masque(settled, input);
+    CHECK(refused.exit_code == 2);
+    CHECK_THAT(refused.err, Catch::Contains("the text is settled only after the search"));
+  }
 }
 
 TEST_CASE("stream: the story reaches a pipe while it is being generated", "[e2e][stream]") {

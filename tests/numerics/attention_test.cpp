@@ -231,6 +231,39 @@ TEST_CASE("attention probabilities of one head can be returned", "[numerics][att
   }
 }
 
+TEST_CASE("attention probabilities of a range of heads equal each head's own",
+          "[numerics][attention]") {
+  // Tiles of queries (a long causal row and a padded one), grouped-query tiles (few queries)
+  // and the tiny-head path: every head of a range is written, each equal to one head alone.
+  const AttentionLayout layout = layout_of(70, {causal(70), seq2seq(30, 20)});
+  const AttentionLayout few = layout_of(4, {causal(4), causal(2)});
+  for (const AttentionLayout* l : {&layout, &few})
+    for (const AttentionDims& dims : {AttentionDims{4, 2, 16, 0.25f}, AttentionDims{8, 8, 4, 0.5f},
+                                      AttentionDims{4, 4, 8, 0.3f}}) {
+      const std::int32_t n = l->length, rows = 2 * n;
+      const std::int32_t qw = dims.heads * dims.head_dim, kw = dims.kv_heads * dims.head_dim;
+      Tensor q = random_tensor({rows, qw}, 21), k = random_tensor({rows, kw}, 22),
+             v = random_tensor({rows, kw}, 23);
+      Tensor out = Tensor::zeros({rows, qw});
+      const std::int32_t first = 1, count = dims.heads - 1;
+      const std::size_t plane = std::size_t{2} * n * n;
+      std::vector<float> range(count * plane, -1.0f);
+      AttentionProbs all{.head = first, .data = range.data(), .heads = count};
+      attention(dims, MaskView::self(*l), seq_view(q, n), seq_view(k, n), seq_view(v, n),
+                mutable_seq_view(out, n), &all);
+      for (std::int32_t h = first; h < first + count; ++h) {
+        INFO("heads " << dims.heads << "/" << dims.kv_heads << ", length " << n << ", head " << h);
+        std::vector<float> one(plane, -1.0f);
+        AttentionProbs single{.head = h, .data = one.data()};
+        Tensor again = Tensor::zeros({rows, qw});
+        attention(dims, MaskView::self(*l), seq_view(q, n), seq_view(k, n), seq_view(v, n),
+                  mutable_seq_view(again, n), &single);
+        const float* got = range.data() + (h - first) * plane;
+        for (std::size_t x = 0; x < plane; ++x) REQUIRE(got[x] == one[x]);
+      }
+    }
+}
+
 TEST_CASE("attention gives the same result with two intra-op threads",
           "[numerics][attention][threads]") {
   // Large enough (~140 MFLOP) for attention to open a parallel region.

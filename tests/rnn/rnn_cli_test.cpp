@@ -100,3 +100,15 @@ TEST_CASE("rnn-seq2seq: masque run with a bad model folder is a configuration er
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Catch::Contains("config.json"));
 }
+
+TEST_CASE("rnn-seq2seq: return_attention and replace_unknowns are configuration errors",
+          "[rnn][e2e][attention]") {
+  // The model does not record attention probabilities (ModelInfo::records_attention).
+  for (const char* option : {"task.return_attention=true", "task.replace_unknowns=true"}) {
+    const auto bad =
+        run_masque({"run", pipeline("lstm-luong", "greedy"), "-q", "--set", option}, "s4\n");
+    INFO(bad.err);
+    CHECK(bad.exit_code == 2);
+    CHECK_THAT(bad.err, Catch::Contains("model cannot show its attention"));
+  }
+}

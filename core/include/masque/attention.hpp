@@ -92,11 +92,19 @@ struct MaskView {
   bool allowed(std::int32_t b, std::int32_t i, std::int32_t j) const;
 };
 
-// Optional output: the attention probabilities of one query head, [batch, q_len, k_len]
-// (e.g. cross-attention of head 0 for alignment output). Disallowed keys get 0.
+// Optional output: the attention probabilities of query heads [head, head + heads),
+// [heads, batch, q_len, k_len] (e.g. cross-attention of head 0 for alignment output, or every
+// head of a layer for a heatmap). Disallowed keys get 0. Null: nothing is written, at no cost.
 struct AttentionProbs {
-  std::int32_t head = 0;
+  std::int32_t head = 0;  // first head
   float* data = nullptr;
+  std::int32_t heads = 1;  // how many consecutive heads
+
+  bool holds(std::int32_t h) const { return h >= head && h < head + heads; }
+  // The row of query i of batch row b for head h (holds(h)), k_len entries.
+  float* row(const MaskView& m, std::int32_t h, std::int32_t b, std::int32_t i) const {
+    return data + ((std::int64_t{h - head} * m.batch + b) * m.q_len + i) * m.k_len;
+  }
 };
 
 // q: H*d features per query token; k, v: Hkv*d per key token; out: H*d per query token.

@@ -35,6 +35,25 @@ struct ModelInfo {
   std::int32_t sliding_window = 0;
   // From the model's config; -1 when not given.
   TokenId bos = -1, eos = -1, pad = -1, decoder_start = -1;
+  // Attention heads of the decoder stack's self- and cross-attention, and whether forward() and
+  // step() honour an AttentionRecording (0 / false: the model cannot show its attention).
+  std::int32_t num_heads = 0;
+  bool records_attention = false;
+};
+
+// Attention probabilities a caller asks forward() or step() to record: those of one layer of
+// the decoder stack (the only stack of decoder-only and encoder-only models), self-attention or
+// cross-attention to the encoder memory, for query heads [first_head, first_head + heads).
+// `probs` receives [heads, rows, queries, keys]: forward(): rows = batch, queries = keys = the
+// batch length; step(): one query per row, keys = the cache's columns (the kept ones, then the
+// new token) or, for cross-attention, the padded source length. Disallowed keys get 0. A model
+// whose info().records_attention is false throws ConfigError.
+struct AttentionRecording {
+  std::int32_t layer = -1;  // -1: the last layer
+  bool cross = false;
+  std::int32_t first_head = 0;
+  std::int32_t heads = 1;  // 0: every head from first_head on
+  Tensor* probs = nullptr;
 };
 
 // A padded batch of B sequences of T tokens; element (b, t) is at b * T + t.
@@ -47,6 +66,9 @@ struct Batch {
   std::vector<std::int32_t> output_rows;  // flat rows that need outputs; empty = all B*T
   bool want_logits = true;
   bool want_hidden = false;
+  // forward(), and start() of decoder-only / encoder-only models (the prompt's self-attention,
+  // keys = the batch length); null: none (no cost).
+  const AttentionRecording* record_attention = nullptr;
 };
 
 struct ForwardResult {
@@ -71,6 +93,7 @@ struct StepInput {
   // false: the token is a query that sees the cache and itself and is not kept (predicting a
   // chosen position in a permutation order).
   bool append = true;
+  const AttentionRecording* record_attention = nullptr;  // null: none (no cost)
 };
 
 // Contract:

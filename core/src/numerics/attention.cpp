@@ -160,8 +160,8 @@ void write_probs(const Problem& p, const Tile& t, std::int32_t j0, std::int32_t 
                  const float* weights, const float* inv_sum) {
   const AttentionProbs* probs = p.probs;
   for (std::int32_t r = 0; r < t.rows; ++r) {
-    if (p.head_of(t, r) != probs->head) continue;
-    float* row = probs->data + (std::int64_t{t.b} * p.mask.q_len + p.query_of(t, r)) * p.mask.k_len;
+    if (!probs->holds(p.head_of(t, r))) continue;
+    float* row = probs->row(p.mask, p.head_of(t, r), t.b, p.query_of(t, r));
     std::fill(row, row + p.mask.k_len, 0.0f);
     for (std::int32_t j = 0; j < n; ++j)
       row[j0 + j] = weights[std::int64_t{r} * n + j] * inv_sum[r];
@@ -173,8 +173,8 @@ void write_probs_at(const Problem& p, const Tile& t, const std::vector<std::int3
   const AttentionProbs* probs = p.probs;
   const auto n = static_cast<std::int64_t>(cols.size());
   for (std::int32_t r = 0; r < t.rows; ++r) {
-    if (p.head_of(t, r) != probs->head) continue;
-    float* row = probs->data + (std::int64_t{t.b} * p.mask.q_len + p.query_of(t, r)) * p.mask.k_len;
+    if (!probs->holds(p.head_of(t, r))) continue;
+    float* row = probs->row(p.mask, p.head_of(t, r), t.b, p.query_of(t, r));
     std::fill(row, row + p.mask.k_len, 0.0f);
     for (std::int64_t c = 0; c < n; ++c) row[cols[c]] = weights[r * n + c] * inv_sum[r];
   }
@@ -325,10 +325,9 @@ void zero_padding_queries(const Problem& p, MutableSeqView out) {
     for (std::int32_t i = real_queries(m, b); i < m.q_len; ++i) {
       float* row = out.data + b * out.batch_stride + i * out.token_stride;
       std::fill(row, row + width, 0.0f);
-      if (p.probs && p.probs->data) {
-        float* probs = p.probs->data + (std::int64_t{b} * m.q_len + i) * m.k_len;
-        std::fill(probs, probs + m.k_len, 0.0f);
-      }
+      if (p.probs && p.probs->data)
+        for (std::int32_t h = p.probs->head; h < p.probs->head + p.probs->heads; ++h)
+          std::fill(p.probs->row(m, h, b, i), p.probs->row(m, h, b, i) + m.k_len, 0.0f);
     }
 }
 
@@ -506,10 +505,10 @@ void run_small_heads(const Problem& p, std::int32_t b, std::int32_t i) {
   keys.resize(std::max<std::size_t>(keys.size(), m.k_len));
   const std::int32_t n = visible_keys(m, b, i, keys.data());
   float* o = p.out.data + b * p.out.batch_stride + std::int64_t{i} * p.out.token_stride;
-  float* probs = p.probs && p.probs->data
-                     ? p.probs->data + (std::int64_t{b} * m.q_len + i) * m.k_len
-                     : nullptr;
-  if (probs) std::fill(probs, probs + m.k_len, 0.0f);
+  const AttentionProbs* probs = p.probs && p.probs->data ? p.probs : nullptr;
+  if (probs)
+    for (std::int32_t h = probs->head; h < probs->head + probs->heads; ++h)
+      std::fill(probs->row(m, h, b, i), probs->row(m, h, b, i) + m.k_len, 0.0f);
   if (n == 0) {  // nothing visible: zeros
     std::fill(o, o + f, 0.0f);
     return;
@@ -526,11 +525,13 @@ void run_small_heads(const Problem& p, std::int32_t b, std::int32_t i) {
   lane_scores(p.dims.head_dim, q, k, p.k.token_stride, keys.data(), n, f, p.dims.scale, s, mx);
   lane_exp(s, mx, n, f);
   lane_values(s, v, p.v.token_stride, keys.data(), n, f, sum, o);
-  if (probs) {
-    const std::int32_t lane = p.probs->head * p.dims.head_dim;
-    for (std::int32_t jj = 0; jj < n; ++jj)
-      probs[keys[jj]] = s[std::int64_t{jj} * f + lane] / sum[lane];
-  }
+  if (probs)
+    for (std::int32_t h = probs->head; h < probs->head + probs->heads; ++h) {
+      const std::int32_t lane = h * p.dims.head_dim;
+      float* row = probs->row(m, h, b, i);
+      for (std::int32_t jj = 0; jj < n; ++jj)
+        row[keys[jj]] = s[std::int64_t{jj} * f + lane] / sum[lane];
+    }
 }
 
 void attention_small_heads(const Problem& p) {
@@ -635,6 +636,11 @@ float PositionBias::value(std::int32_t head, std::int32_t query, std::int32_t ke
 void attention(const AttentionDims& dims, const MaskView& mask, SeqView q, SeqView k, SeqView v,
                MutableSeqView out, const AttentionProbs* probs) {
   validate(dims, mask, q, k, v, out);
+  if (probs && probs->data &&
+      (probs->head < 0 || probs->heads < 1 || probs->head + probs->heads > dims.heads))
+    throw RuntimeError("attention: probabilities of heads " + std::to_string(probs->head) + ".." +
+                       std::to_string(probs->head + probs->heads - 1) + " asked of " +
+                       std::to_string(dims.heads) + " heads");
   if (mask.batch == 0 || mask.q_len == 0) return;
   const Problem problem{dims, mask, q, k, v, out, probs, dims.heads / dims.kv_heads};
   if (small_heads(dims) && !mask.bias) return attention_small_heads(problem);

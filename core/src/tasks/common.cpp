@@ -175,15 +175,35 @@ std::string detokenize(const Tokenizer* tokenizer, std::span<const TokenId> ids)
   return out;
 }
 
+namespace {
+
+// Rows `rows` of recorded attention [heads, old rows, queries, keys].
+Tensor select_attention_rows(const Tensor& probs, std::span<const std::int32_t> rows) {
+  const std::int64_t heads = probs.dim(0), old_rows = probs.dim(1);
+  const std::int64_t width = probs.dim(2) * probs.dim(3);
+  Tensor out({heads, static_cast<std::int64_t>(rows.size()), probs.dim(2), probs.dim(3)});
+  for (std::int64_t h = 0; h < heads; ++h)
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const float* from = probs.f32() + (h * old_rows + rows[r]) * width;
+      std::copy(from, from + width, out.f32() + (h * std::int64_t(rows.size()) + r) * width);
+    }
+  return out;
+}
+
+}  // namespace
+
 ModelStepper::ModelStepper(const Model& model, std::unique_ptr<DecodeState> state, Tensor logits,
                            std::vector<StepperRecord> records, std::vector<TokenId> end_tokens,
-                           TokenId start_token, std::int32_t step_token_type)
+                           TokenId start_token, std::int32_t step_token_type,
+                           const AttentionRecording* record, Tensor attention)
     : model_(model),
       state_(std::move(state)),
       logits_(std::move(logits)),
       records_(std::move(records)),
       end_tokens_(std::move(end_tokens)),
-      step_token_type_(step_token_type) {
+      step_token_type_(step_token_type),
+      record_(record),
+      attention_(std::move(attention)) {
   row_records_.resize(records_.size());
   for (std::size_t r = 0; r < records_.size(); ++r) {
     row_records_[r] = static_cast<std::int32_t>(r);
@@ -213,7 +233,9 @@ void ModelStepper::step(std::span<const TokenId> tokens) {
     types_.assign(tokens.size(), step_token_type_);
     input.token_types = types_;
   }
+  input.record_attention = record_;
   model_.step(*state_, input, logits_);
+  if (record_) attention_ = record_->probs->clone();
 }
 
 void ModelStepper::logits(Tensor& out) {
@@ -234,15 +256,16 @@ void ModelStepper::select(std::span<const std::int32_t> rows) {
   for (std::size_t i = 0; i < rows.size(); ++i) records[i] = row_records_[rows[i]];
   row_records_ = std::move(records);
   state_->select(rows);
+  if (!attention_.empty()) attention_ = select_attention_rows(attention_, rows);
   if (logits_.empty()) return;
   gather_rows(logits_, rows, spare_);  // spare_ is reused: no allocation per step
   std::swap(logits_, spare_);
 }
 
 std::unique_ptr<Stepper> ModelStepper::fork() const {
-  auto copy = std::make_unique<ModelStepper>(model_, state_->fork(),
-                                             logits_.empty() ? Tensor() : logits_.clone(), records_,
-                                             end_tokens_, -1, step_token_type_);
+  auto copy = std::make_unique<ModelStepper>(
+      model_, state_->fork(), logits_.empty() ? Tensor() : logits_.clone(), records_, end_tokens_,
+      -1, step_token_type_, record_, attention_.empty() ? Tensor() : attention_.clone());
   copy->row_records_ = row_records_;
   copy->forked_ = true;  // a search's private branch: its tokens are not the output's
   return copy;

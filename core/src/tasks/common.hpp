@@ -88,9 +88,13 @@ class ModelStepper final : public Stepper {
  public:
   // `state` comes from model.start(); `logits` holds the logits of each row's last prompt token
   // (decoder-only and UniLM). For encoder-decoder models `start_token` >= 0 is fed first.
+  // `record` (optional, outliving the stepper): every model step records that attention, and
+  // `attention` holds what produced the current logits, [heads, rows, 1, keys] (for
+  // decoder-only and UniLM models: the prompt's last token's, taken from the prefill).
   ModelStepper(const Model& model, std::unique_ptr<DecodeState> state, Tensor logits,
                std::vector<StepperRecord> records, std::vector<TokenId> end_tokens,
-               TokenId start_token = -1, std::int32_t step_token_type = -1);
+               TokenId start_token = -1, std::int32_t step_token_type = -1,
+               const AttentionRecording* record = nullptr, Tensor attention = Tensor());
 
   std::int32_t num_records() const override { return static_cast<std::int32_t>(records_.size()); }
   std::int32_t vocab_size() const override { return model_.info().vocab_size; }
@@ -109,6 +113,8 @@ class ModelStepper final : public Stepper {
   void advance(std::span<const TokenId> tokens) override;
   void select(std::span<const std::int32_t> rows) override;
   std::unique_ptr<Stepper> fork() const override;
+  // The recorded attention behind the current logits (see the constructor); empty without one.
+  const Tensor& attention() const { return attention_; }
 
  private:
   void step(std::span<const TokenId> tokens);  // feeds the model, nothing else
@@ -123,6 +129,8 @@ class ModelStepper final : public Stepper {
   std::vector<std::int32_t> row_records_;  // the record of each row
   bool restricted_ = false;                // some record has an `allowed` set
   bool forked_ = false;                    // made by fork(): not streamed
+  const AttentionRecording* record_ = nullptr;
+  Tensor attention_;  // [heads, rows, 1, keys]: record_->probs of the last step
 };
 
 // JSON for a decoded hypothesis list (shared by lm-generate and seq2seq).

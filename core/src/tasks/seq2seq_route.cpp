@@ -21,6 +21,20 @@ std::vector<SequenceSpec> source_specs(std::span<Item* const> items, bool segmen
   return specs;
 }
 
+// From prefill attention [heads, B, T, T], the query rows `flat_rows` (b * T + t, one per b):
+// [heads, B, 1, T].
+Tensor last_source_rows(const Tensor& probs, std::span<const std::int32_t> flat_rows,
+                        std::int32_t length) {
+  const std::int64_t heads = probs.dim(0), batch = probs.dim(1);
+  Tensor out({heads, batch, 1, length});
+  for (std::int64_t h = 0; h < heads; ++h)
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const float* from = probs.f32() + (h * batch * length + flat_rows[b]) * length;
+      std::copy(from, from + length, out.f32() + (h * batch + b) * length);
+    }
+  return out;
+}
+
 // One model under the pipeline's mask; the source is segment 0, the target segment 1.
 class UnilmRoute final : public Seq2SeqRoute {
  public:
@@ -41,8 +55,11 @@ class UnilmRoute final : public Seq2SeqRoute {
   }
   bool trivially_empty(const Item&) const override { return false; }  // [CLS] [SEP] at least
 
-  std::unique_ptr<Stepper> start(std::span<Item* const> items,
-                                 std::vector<StepperRecord> records) const override {
+  bool cross_attention() const override { return false; }
+
+  std::unique_ptr<ModelStepper> start(std::span<Item* const> items,
+                                      std::vector<StepperRecord> records,
+                                      const AttentionRecording* record) const override {
     const ModelInfo& info = model_.info();
     for (std::size_t i = 0; i < items.size(); ++i) {
       // Repetition penalties see the source: it shares the target's vocabulary.
@@ -56,9 +73,15 @@ class UnilmRoute final : public Seq2SeqRoute {
       built.batch.output_rows.push_back(
           static_cast<std::int32_t>(i * built.batch.length + items[i]->tokens.size() - 1));
     Tensor logits;
+    built.batch.record_attention = record;
     auto state = model_.start(built.batch, &logits);
+    // The first target token is predicted at [SEP]: its prefill row is the first attention.
+    Tensor first =
+        record ? last_source_rows(*record->probs, built.batch.output_rows, built.batch.length)
+               : Tensor();
     return std::make_unique<ModelStepper>(model_, std::move(state), std::move(logits),
-                                          std::move(records), end_tokens(), -1, 1);
+                                          std::move(records), end_tokens(), -1, 1, record,
+                                          std::move(first));
   }
 
   std::vector<TokenId> end_tokens() const override {
@@ -89,8 +112,11 @@ class EncoderDecoderRoute final : public Seq2SeqRoute {
   // As CTranslate2: an empty source gives an empty hypothesis without running the model.
   bool trivially_empty(const Item& item) const override { return item.tokens.empty(); }
 
-  std::unique_ptr<Stepper> start(std::span<Item* const> items,
-                                 std::vector<StepperRecord> records) const override {
+  bool cross_attention() const override { return true; }
+
+  std::unique_ptr<ModelStepper> start(std::span<Item* const> items,
+                                      std::vector<StepperRecord> records,
+                                      const AttentionRecording* record) const override {
     const ModelInfo& info = model_.info();
     const TokenId start = info.decoder_start >= 0 ? info.decoder_start : info.bos;
     if (start < 0)
@@ -99,7 +125,7 @@ class EncoderDecoderRoute final : public Seq2SeqRoute {
     BuiltBatch built = build_batch(source_specs(items, false), visible_, info.pad, -1);
     auto state = model_.start(built.batch, nullptr);
     return std::make_unique<ModelStepper>(model_, std::move(state), Tensor(), std::move(records),
-                                          end_tokens(), start);
+                                          end_tokens(), start, -1, record);
   }
 
   std::vector<TokenId> end_tokens() const override {

@@ -27,8 +27,14 @@ class Seq2SeqRoute {
   virtual std::vector<TokenId> end_tokens() const = 0;
   // Runs the sources of `items` and returns a stepper before each record's first target
   // token. `records` hold each record's id and forced prefix; the route adds the rest.
-  virtual std::unique_ptr<Stepper> start(std::span<Item* const> items,
-                                         std::vector<StepperRecord> records) const = 0;
+  // `record`: the stepper keeps the attention behind each step's logits (ModelStepper).
+  virtual std::unique_ptr<ModelStepper> start(std::span<Item* const> items,
+                                              std::vector<StepperRecord> records,
+                                              const AttentionRecording* record = nullptr) const = 0;
+  // Where a target token's attention to the source is: cross-attention over the encoder's
+  // source (encoder-decoder), or self-attention whose first columns are the source segment
+  // (UniLM). Either way, columns [0, item.tokens.size()) of a row are its source tokens.
+  virtual bool cross_attention() const = 0;
 };
 
 std::unique_ptr<Seq2SeqRoute> choose_seq2seq_route(const Plugins& plugins);

@@ -59,14 +59,27 @@ void Attention::forward(const Tensor& h, Workspace& ws, const AttentionTarget& t
   const SeqView v = seq_view(ws.qkv, target.length, q_width + kv_width);
   ws.context.resize({rows, q_width});
   const MutableSeqView out = mutable_seq_view(ws.context, target.length);
+  AttentionProbs probs;
   if (!target.cache) {
-    attention(dims_, windowed(MaskView::self(*target.layout)), q, k, v, out);
+    const MaskView mask = windowed(MaskView::self(*target.layout));
+    attention(dims_, mask, q, k, v, out, capture(target.record, false, layer, mask, probs));
   } else {
     target.cache->write(layer, k, v);
-    attention(dims_, windowed(target.cache->mask()), q, target.cache->keys(layer),
-              target.cache->values(layer), out);
+    const MaskView mask = windowed(target.cache->mask());
+    attention(dims_, mask, q, target.cache->keys(layer), target.cache->values(layer), out,
+              capture(target.record, false, layer, mask, probs));
   }
   out_.forward(ws.context, y);
+}
+
+const AttentionProbs* Attention::capture(const AttentionRecording* record, bool cross,
+                                         std::int32_t layer, const MaskView& mask,
+                                         AttentionProbs& out) {
+  if (!record || record->cross != cross || record->layer != layer) return nullptr;
+  record->probs->resize({record->heads, mask.batch, mask.q_len, mask.k_len});
+  std::fill(record->probs->f32(), record->probs->f32() + record->probs->numel(), 0.0f);
+  out = {.head = record->first_head, .data = record->probs->f32(), .heads = record->heads};
+  return &out;
 }
 
 void Attention::remember(const Tensor& memory, std::int32_t length, KvCache& cache,
@@ -77,14 +90,18 @@ void Attention::remember(const Tensor& memory, std::int32_t length, KvCache& cac
 }
 
 void Attention::attend_memory(const Tensor& h, Workspace& ws, const KvCache& cache,
-                              std::int32_t layer, Tensor& y) const {
+                              std::int32_t layer, const AttentionRecording* record,
+                              Tensor& y) const {
   qkv_.forward(h, ws.qkv);
   ws.context.resize({h.dim(0), dims_.heads * std::int64_t{dims_.head_dim}});
+  const MaskView mask = cache.cross_mask(1);
+  AttentionProbs probs;
+  const AttentionProbs* kept = capture(record, true, layer, mask, probs);
   if (cache.source_length() == 0) {  // every source is empty: nothing to attend to
     std::fill(ws.context.f32(), ws.context.f32() + ws.context.numel(), 0.0f);
   } else {
-    attention(dims_, cache.cross_mask(1), seq_view(ws.qkv, 1), cache.cross_keys(layer),
-              cache.cross_values(layer), mutable_seq_view(ws.context, 1));
+    attention(dims_, mask, seq_view(ws.qkv, 1), cache.cross_keys(layer), cache.cross_values(layer),
+              mutable_seq_view(ws.context, 1), kept);
   }
   out_.forward(ws.context, y);
 }

@@ -129,6 +129,33 @@ TransformerModel::TransformerModel(TransformerSpec spec, const SafeTensors& chec
   info_.eos = tokens.eos;
   info_.pad = tokens.pad;
   info_.decoder_start = tokens.decoder_start;
+  if (!spec_.decoder.blocks.empty()) info_.num_heads = spec_.decoder.blocks.front().attention.heads;
+  info_.records_attention = true;
+}
+
+const AttentionRecording* TransformerModel::resolve(const AttentionRecording* asked,
+                                                    AttentionRecording& resolved) const {
+  if (!asked) return nullptr;
+  resolved = *asked;
+  const auto layers = static_cast<std::int32_t>(decoder_.blocks().size());
+  if (resolved.layer < 0) resolved.layer += layers;
+  if (resolved.layer < 0 || resolved.layer >= layers)
+    throw ConfigError(spec_.architecture + ": attention of layer " + std::to_string(asked->layer) +
+                      " asked, the model has " + std::to_string(layers) + " layers (0.." +
+                      std::to_string(layers - 1) + ", or -1 for the last)");
+  const Block& block = decoder_.blocks()[static_cast<std::size_t>(resolved.layer)];
+  if (resolved.cross && !block.has_cross_attention())
+    throw ConfigError(spec_.architecture + ": cross-attention asked of a model without one");
+  const std::int32_t heads =
+      resolved.cross ? block.cross_attention().heads() : block.self_attention().heads();
+  if (resolved.heads == 0) resolved.heads = heads - resolved.first_head;
+  if (resolved.first_head < 0 || resolved.heads < 1 || resolved.first_head + resolved.heads > heads)
+    throw ConfigError(spec_.architecture + ": attention heads " +
+                      std::to_string(resolved.first_head) + ".." +
+                      std::to_string(resolved.first_head + resolved.heads - 1) +
+                      " asked, the layer has " + std::to_string(heads) + " heads");
+  if (!resolved.probs) throw RuntimeError("attention recording without an output tensor");
+  return &resolved;
 }
 
 TransformerModel::~TransformerModel() = default;
@@ -216,7 +243,11 @@ ForwardResult TransformerModel::forward(const Batch& batch) const {
                       "step() (one target token per row), e.g. with the seq2seq task");
   Workspace& ws = thread_workspace();
   prepare(batch, decoder_, spec_.vocab_size, ws);
-  decoder_.run(ws, {.layout = &batch.attention, .length = batch.length, .positions = ws.positions});
+  AttentionRecording record;
+  decoder_.run(ws, {.layout = &batch.attention,
+                    .length = batch.length,
+                    .positions = ws.positions,
+                    .record = resolve(batch.record_attention, record)});
   ForwardResult result;
   outputs(ws, batch.output_rows, batch.want_logits ? &result.logits : nullptr,
           batch.want_hidden ? &result.hidden : nullptr, true);
@@ -237,13 +268,21 @@ std::unique_ptr<DecodeState> TransformerModel::start_decoder(const Batch& batch,
   prepare(batch, decoder_, spec_.vocab_size, ws);
   state->cache.begin(batch.attention, ws.positions);
   AppendGuard append(state->cache);
-  decoder_.run(ws, {.cache = &state->cache, .length = batch.length, .positions = ws.positions});
+  AttentionRecording record;
+  decoder_.run(ws, {.cache = &state->cache,
+                    .length = batch.length,
+                    .positions = ws.positions,
+                    .record = resolve(batch.record_attention, record)});
   append.end(true);
   if (logits) outputs(ws, batch.output_rows, logits, nullptr, false);
   return state;
 }
 
 std::unique_ptr<DecodeState> TransformerModel::start_encoder_decoder(const Batch& batch) const {
+  if (batch.record_attention)
+    throw ConfigError(spec_.architecture +
+                      ": attention is recorded by the decoder's steps, not "
+                      "while the source is encoded");
   Workspace& ws = thread_workspace();
   prepare(batch, encoder_, spec_.source_vocab_size, ws);
   const bool any = batch.batch > 0 && batch.length > 0;
@@ -270,7 +309,11 @@ void TransformerModel::step(DecodeState& s, const StepInput& input, Tensor& logi
   prepare_step(input, state->cache, ws);
   state->cache.begin_step(input.append ? TokenRole::content : TokenRole::query, ws.positions);
   AppendGuard append(state->cache);
-  decoder_.run(ws, {.cache = &state->cache, .length = 1, .positions = ws.positions});
+  AttentionRecording record;
+  decoder_.run(ws, {.cache = &state->cache,
+                    .length = 1,
+                    .positions = ws.positions,
+                    .record = resolve(input.record_attention, record)});
   outputs(ws, {}, &logits, nullptr, false);  // before the end: a failure keeps the cache as it was
   append.end(input.append);
 }

@@ -35,7 +35,7 @@ void Block::forward(Tensor& x, Workspace& ws, const AttentionTarget& target,
            [&](const Tensor& h, Tensor& y) { attention_.forward(h, ws, target, layer, y); });
   if (has_cross_)
     residual(cross_norm_, x, ws, [&](const Tensor& h, Tensor& y) {
-      cross_.attend_memory(h, ws, *target.cache, layer, y);
+      cross_.attend_memory(h, ws, *target.cache, layer, target.record, y);
     });
   residual(mlp_norm_, x, ws, [&](const Tensor& h, Tensor& y) { mlp_.forward(h, ws, y); });
 }

@@ -204,6 +204,8 @@ std::unique_ptr<DecodeState> RnnSeq2SeqModel::start(const Batch& batch, Tensor*)
 void RnnSeq2SeqModel::step(DecodeState& state, const StepInput& input, Tensor& logits) const {
   auto* rnn_state = dynamic_cast<RnnState*>(&state);
   if (!rnn_state) throw RuntimeError("rnn-seq2seq: step() needs a state from this model's start()");
+  if (input.record_attention)  // info().records_attention is false: tasks check it first
+    throw ConfigError("rnn-seq2seq: the model does not record attention probabilities");
   const std::int32_t rows = rnn_state->rows();
   if (input.tokens.size() != static_cast<std::size_t>(rows))
     throw RuntimeError("rnn-seq2seq: step() needs one token per row, got " +

@@ -47,6 +47,10 @@ class BOOST_SYMBOL_VISIBLE TransformerModel final : public Model {
                bool reuse) const;
   std::unique_ptr<DecodeState> start_decoder(const Batch& batch, Tensor* logits) const;
   std::unique_ptr<DecodeState> start_encoder_decoder(const Batch& batch) const;
+  // `asked` with the layer and head count made explicit (into `resolved`), or null when nothing
+  // is asked. ConfigError for a layer, a head or cross-attention the decoder stack lacks.
+  const AttentionRecording* resolve(const AttentionRecording* asked,
+                                    AttentionRecording& resolved) const;
 
   TransformerSpec spec_;
   ModelInfo info_;

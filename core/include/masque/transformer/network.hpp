@@ -17,6 +17,7 @@
 #include "masque/attention.hpp"
 #include "masque/kv_cache.hpp"
 #include "masque/layers.hpp"
+#include "masque/model.hpp"
 #include "masque/safetensors.hpp"
 #include "masque/transformer/spec.hpp"
 
@@ -53,6 +54,8 @@ struct AttentionTarget {
   KvCache* cache = nullptr;
   std::int32_t length = 0;  // new tokens per row
   std::span<const std::int32_t> positions;
+  // The layer whose attention probabilities to keep (layer resolved, heads > 0), or null.
+  const AttentionRecording* record = nullptr;
 };
 
 class Norm {
@@ -97,10 +100,16 @@ class Attention {
                 Tensor& scratch) const;
   // ... and attends one query per row of the cache to it.
   void attend_memory(const Tensor& h, Workspace& ws, const KvCache& cache, std::int32_t layer,
-                     Tensor& y) const;
+                     const AttentionRecording* record, Tensor& y) const;
+  std::int32_t heads() const { return dims_.heads; }
 
  private:
   MaskView windowed(MaskView mask) const;
+  // The kernel's output for `record` when it asks for this layer's attention of this kind
+  // (its tensor sized for `mask`), else null: the one place attention probabilities are kept.
+  static const AttentionProbs* capture(const AttentionRecording* record, bool cross,
+                                       std::int32_t layer, const MaskView& mask,
+                                       AttentionProbs& out);
 
   AttentionDims dims_;
   std::int32_t window_ = 0;
@@ -129,7 +138,9 @@ class Block {
   Block(const BlockSpec& spec, const WeightReader& weights, const Rotary* rotary);
   // x [rows, hidden] updated in place; cross-attention (if any) reads target.cache's memory.
   void forward(Tensor& x, Workspace& ws, const AttentionTarget& target, std::int32_t layer) const;
+  const Attention& self_attention() const { return attention_; }
   const Attention& cross_attention() const { return cross_; }
+  bool has_cross_attention() const { return has_cross_; }
 
  private:
   // x = x + f(norm(x)) or x = norm(x + f(x)).
