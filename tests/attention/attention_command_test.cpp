@@ -6,8 +6,6 @@
 
 #include <cmath>
 #include <cstdlib>
-
-#include <unistd.h>
 #include <map>
 #include <regex>
 
@@ -19,19 +17,13 @@ using nlohmann::json;
 
 namespace {
 
-// A scratch folder of this process alone: CTest runs the cases of this file in parallel.
-std::filesystem::path own_scratch(const std::string& name) {
-  static int count = 0;
-  return scratch_dir(name + "_" + std::to_string(::getpid()) + "_" + std::to_string(++count));
-}
-
 std::filesystem::path bert_fixture() {
   return std::filesystem::path(MASQUE_ATTENTION_FIXTURE) / "unilm-bert";
 }
 
 // A pipeline of the fixture under `mask` (a YAML mapping body, indented by two spaces).
 std::string pipeline(const std::string& name, const std::string& mask) {
-  const auto dir = own_scratch("attention_pipeline_" + name);
+  const auto dir = own_scratch_dir("attention_pipeline_" + name);
   write_file(dir / "p.yaml", "model:\n  plugin: bert\n  path: " + bert_fixture().string() +
                                  "\ntokenizer:\n  plugin: wordpiece\n  vocab: " +
                                  (bert_fixture() / "vocab.txt").string() + "\nmask:\n" + mask);
@@ -78,7 +70,7 @@ TEST_CASE("masque attention: under every mask strategy, masked cells are 0 and r
   for (const Strategy& s : kStrategies) {
     INFO(s.name);
     const std::string file = pipeline(s.name, s.mask);
-    const auto dir = own_scratch("attention_svg_" + s.name);
+    const auto dir = own_scratch_dir("attention_svg_" + s.name);
     const auto svg_path = dir / "a.svg";
     auto r = run_masque({"attention", file, s.text, "-o", svg_path.string(), "--json"});
     INFO(r.err);
@@ -124,7 +116,7 @@ TEST_CASE("masque attention: under every mask strategy, masked cells are 0 and r
                                        {"ids", ids},
                                        {"allowed", j["allowed"]},
                                        {"layer", -1}}});
-      const auto ref_dir = own_scratch("attention_command_reference");
+      const auto ref_dir = own_scratch_dir("attention_command_reference");
       write_file(ref_dir / "cases.json", cases.dump());
       const std::string command = std::string(MASQUE_TORCH_PYTHON) + " " + MASQUE_SOURCE_DIR +
                                   "/tests/attention/attention_reference.py forward " +
@@ -171,7 +163,7 @@ TEST_CASE("masque attention: one head and a chosen layer, and bad options exit 2
 }
 
 TEST_CASE("masque mask --format svg draws the allowed cells", "[attention][mask-svg]") {
-  const auto dir = own_scratch("mask_svg");
+  const auto dir = own_scratch_dir("mask_svg");
   auto r = run_masque({"mask", "--strategy", "causal", "--format", "svg", "-o",
                        (dir / "m.svg").string(), "a", "b", "c", "d"});
   INFO(r.err);

@@ -10,8 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include <unistd.h>
-
 #include "test_support.hpp"
 
 using namespace masque::test;
@@ -19,12 +17,6 @@ using Catch::Matchers::Contains;
 using nlohmann::json;
 
 namespace {
-
-// A scratch folder of this process alone: CTest runs the cases of this file in parallel.
-std::filesystem::path own_scratch(const std::string& name) {
-  static int count = 0;
-  return scratch_dir(name + "_" + std::to_string(::getpid()) + "_" + std::to_string(++count));
-}
 
 constexpr double kTolerance = 1e-5;
 
@@ -40,7 +32,7 @@ std::filesystem::path bert_fixture() {
 
 // A seq2seq pipeline running the UniLM BERT fixture under the seq2seq mask.
 std::string unilm_pipeline(const std::string& decoder) {
-  const auto dir = own_scratch("unilm_pipeline_" + decoder);
+  const auto dir = own_scratch_dir("unilm_pipeline_" + decoder);
   write_file(
       dir / "unilm.yaml",
       "task: seq2seq\nmodel:\n  plugin: bert\n  path: " + bert_fixture().string() +
@@ -65,7 +57,7 @@ std::vector<json> run(const std::string& pipeline, const std::vector<std::string
 
 // The reference script's answer for `cases` (mode attend or forward).
 json reference(const std::string& mode, const json& cases) {
-  const auto dir = own_scratch("attention_reference");
+  const auto dir = own_scratch_dir("attention_reference");
   write_file(dir / "cases.json", cases.dump());
   const std::string command = std::string(MASQUE_TORCH_PYTHON) + " " + MASQUE_SOURCE_DIR +
                               "/tests/attention/attention_reference.py " + mode + " " +
@@ -132,8 +124,8 @@ void check_against_reference(const std::vector<Hyp>& hyps, const std::string& mo
     CHECK(worst < kTolerance);
     worst_all = std::max(worst_all, worst);
   }
-  std::printf("%s: %zu hypotheses, attention within %.2e of the float64 reference\n",
-              model.c_str(), hyps.size(), worst_all);
+  std::printf("%s: %zu hypotheses, attention within %.2e of the float64 reference\n", model.c_str(),
+              hyps.size(), worst_all);
 }
 
 const std::vector<std::string> kWords = {"س م ي ر", "ن ا د ي ة", "آ ت ز م و ن", "ر ا م ي",

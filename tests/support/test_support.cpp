@@ -9,6 +9,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -39,6 +40,11 @@ fs::path scratch_dir(const std::string& name) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
+}
+
+fs::path own_scratch_dir(const std::string& name) {
+  static std::atomic<int> count{0};
+  return scratch_dir(name + "_" + std::to_string(::getpid()) + "_" + std::to_string(++count));
 }
 
 std::string read_file(const fs::path& path) {

@@ -18,6 +18,9 @@ std::filesystem::path binary();      // the built masque executable
 std::filesystem::path plugin_dir();  // the build's plugin directory
 // A fresh, empty scratch directory for one test.
 std::filesystem::path scratch_dir(const std::string& name);
+// The same, private to this process and call: CTest runs the test cases of one file in
+// parallel processes, which must not clear each other's directories.
+std::filesystem::path own_scratch_dir(const std::string& name);
 
 std::string read_file(const std::filesystem::path& path);
 void write_file(const std::filesystem::path& path, const std::string& text);

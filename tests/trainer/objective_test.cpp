@@ -2,8 +2,6 @@
 // exactly the outputs that carry a loss (docs/training.md, "Objectives").
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
 
 #include "../models/model_plugin.hpp"
@@ -22,8 +20,7 @@ namespace {
 
 // [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4 a=5 b=6 c=7 d=8 x=9 y=10 z=11
 test::LoadedPlugin<Tokenizer> letters() {
-  // One directory per process: ctest runs the test cases of this file in parallel.
-  const auto dir = test::scratch_dir("objective_vocab_" + std::to_string(::getpid()));
+  const auto dir = test::own_scratch_dir("objective_vocab");
   test::write_file(dir / "vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\nb\nc\nd\nx\ny\nz\n");
   Params p;
   p.set("path", "");

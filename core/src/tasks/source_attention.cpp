@@ -4,6 +4,7 @@
 #include <string>
 
 #include "masque/error.hpp"
+#include "tasks/teacher_forcing.hpp"
 
 namespace masque {
 
@@ -34,36 +35,16 @@ std::vector<AttentionRows> force_attention(ModelStepper& stepper,
     throw RuntimeError("force_attention: " + std::to_string(targets.size()) + " targets for " +
                        std::to_string(record_of.size()) + " records");
   std::vector<AttentionRows> rows(targets.size());
-  // alive[row] = hypothesis; rows start as one per hypothesis, copies of its record's row.
-  std::vector<std::int32_t> alive, keep;
-  for (std::size_t k = 0; k < targets.size(); ++k)
-    if (!targets[k].empty()) {
-      keep.push_back(record_of[k]);
-      alive.push_back(static_cast<std::int32_t>(k));
-    }
-  if (alive.empty()) return rows;
-  stepper.select(keep);
-  std::vector<TokenId> next;
-  for (std::size_t step = 0;; ++step) {
-    keep.clear();
-    next.clear();
+  if (targets.empty()) return rows;
+  // One stepper row per hypothesis, a copy of its record's row; a row per token fed.
+  stepper.select(record_of);
+  feed_targets(stepper, targets, 0, [&](std::size_t, std::span<const std::int32_t> alive) {
     for (std::size_t row = 0; row < alive.size(); ++row) {
       const auto k = static_cast<std::size_t>(alive[row]);
       rows[k].push_back(head_average(stepper.attention(), static_cast<std::int64_t>(row),
                                      source_length[static_cast<std::size_t>(record_of[k])]));
-      if (step + 1 < targets[k].size()) {
-        keep.push_back(static_cast<std::int32_t>(row));
-        next.push_back(targets[k][step]);
-      }
     }
-    if (keep.empty()) break;
-    if (keep.size() != alive.size()) {
-      stepper.select(keep);
-      for (std::size_t i = 0; i < keep.size(); ++i) alive[i] = alive[keep[i]];
-      alive.resize(keep.size());
-    }
-    stepper.advance(next);
-  }
+  });
   return rows;
 }
 
