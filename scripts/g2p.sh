@@ -5,7 +5,7 @@
 # and the hypotheses stay in data/g2p/ (git-ignored).
 #
 #   scripts/g2p.sh MODEL [masque train options...]
-#     MODEL  unilm | causal | plm | encdec      (pipelines/train-g2p-MODEL.yaml)
+#     MODEL  unilm | causal | plm | encdec | rnn      (pipelines/train-g2p-MODEL.yaml)
 #   e.g. scripts/g2p.sh unilm --threads 2
 #        scripts/g2p.sh causal --threads 2 --set task.max_minutes=10
 #
@@ -20,8 +20,9 @@ case $model in
   unilm) mask=(--set mask.plugin=seq2seq) ;;
   causal) mask=(--set mask.plugin=causal) ;;
   encdec) mask=(); pipeline=$root/pipelines/g2p-encdec.yaml ;;
+  rnn) mask=(); pipeline=$root/pipelines/g2p-rnn.yaml ;;
   plm) mask=(); pipeline=$root/pipelines/g2p-plm.yaml ;;
-  *) echo "usage: scripts/g2p.sh unilm|causal|plm|encdec [masque train options...]" >&2; exit 2 ;;
+  *) echo "usage: scripts/g2p.sh unilm|causal|plm|encdec|rnn [masque train options...]" >&2; exit 2 ;;
 esac
 shift
 [[ -x $masque ]] || { echo "g2p: $masque is not built (scripts/setup.sh)" >&2; exit 2; }

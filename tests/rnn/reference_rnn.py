@@ -7,7 +7,12 @@ hidden state, an input-feeding nn.LSTM / nn.GRU decoder with Bahdanau (additive)
 (general) attention, an attentional layer tanh(W_c [c; s]) and a generator.
 
     reference_rnn.py OUT_DIR      writes OUT_DIR/<fixture>/{config.json, model.safetensors,
-                                  source_vocab.txt, target_vocab.txt, expected.json}
+                                  source_vocab.txt, target_vocab.txt, expected.json,
+                                  grads.safetensors, train.tsv}
+    reference_rnn.py --trajectory FIXTURE STEPS OUT.jsonl
+                                  trains fixture FIXTURE's model in float32 as `masque train`
+                                  does (TRAJECTORY below) and writes each step's loss, lr,
+                                  gradient norm and token count
 
 Everything is deterministic (fixed seeds). The weights are drawn in float64, rounded to float32
 (what the checkpoint stores) and the reference runs in float64 on those rounded weights. Each
@@ -73,9 +78,9 @@ class Seq2Seq(nn.Module):
         if c["bridge"] == "dense":
             h0 = torch.tanh(self.bridge(top)).view(layers, 1, hd)
         else:
-            h0 = torch.zeros(layers, 1, hd, dtype=torch.float64)
+            h0 = torch.zeros(layers, 1, hd, dtype=self.decoder.embed_tokens.weight.dtype)
         state = (h0, torch.zeros_like(h0)) if c["cell"] == "lstm" else h0
-        feed = torch.zeros(hd, dtype=torch.float64)
+        feed = torch.zeros(hd, dtype=self.decoder.embed_tokens.weight.dtype)
         return memory[0], state, feed
 
     # ---- one decoder step ----------------------------------------------------------------
@@ -161,6 +166,31 @@ def beam(model, source):
     pool = finished + [(t, s) for t, s, _, _ in beams]
     best = max(pool, key=lambda t: t[1])  # max keeps the first of equal scores
     return best[0], best[1]
+
+
+def batch_loss(model, records):
+    """The trainer's loss of one batch (objective seq2seq, teacher forcing): the negative
+    log-likelihood of every target token and of the final </s>, summed over the records and
+    divided by their number. Each record runs alone: the reference never pads."""
+    total, count = 0.0, 0
+    for source, target in records:
+        memory, state, feed = model.encode(source)
+        for prev, tok in zip([START] + target, target + [EOS]):
+            logp, state, feed = model.step(memory, state, feed, prev)
+            total = total - logp[tok]
+            count += 1
+    return total / count
+
+
+def write_gradients(folder, model):
+    """grads.safetensors: d(batch_loss over all SOURCES/TARGETS)/d(parameter) under the
+    checkpoint's names (a tied generator's gradient is in decoder.embed_tokens.weight)."""
+    model.zero_grad()
+    loss = batch_loss(model, list(zip(SOURCES, TARGETS)))
+    loss.backward()
+    write_safetensors(os.path.join(folder, "grads.safetensors"),
+                      {name: p.grad for name, p in model.named_parameters()})
+    return loss.item()
 
 
 # ---- fixtures ----------------------------------------------------------------------------
@@ -251,12 +281,65 @@ def write_fixture(root, name, variation, seed):
             "beam": b_tokens,
             "beam_score": b_score,
         })
+    with open(os.path.join(folder, "train.tsv"), "w") as f:
+        for source, target in zip(SOURCES, TARGETS):
+            f.write(" ".join(f"s{i}" for i in source) + "\t" + " ".join(f"t{i}" for i in target)
+                    + "\n")
+    loss = write_gradients(folder, model)
     with open(os.path.join(folder, "expected.json"), "w") as f:
-        json.dump({"max_steps": MAX_STEPS, "beam_size": BEAM, "records": records}, f, indent=1)
+        json.dump({"max_steps": MAX_STEPS, "beam_size": BEAM, "batch_loss": loss,
+                   "records": records}, f, indent=1)
+
+
+# ---- the reference trainer -----------------------------------------------------------------
+# What tests/rnn/rnn_trajectory_test.cpp runs `masque train` with: the fixture's records in file
+# order (shuffle false), batches of BATCH, AdamW (torch's, weight decay on every parameter of
+# two or more dimensions), Hugging Face's linear schedule with warmup, clipping of the global
+# gradient norm (torch.nn.utils.clip_grad_norm_).
+TRAJECTORY = dict(batch=2, lr=3e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, warmup=10,
+                  max_grad_norm=1.0)
+
+
+def trajectory(name, steps, out_file):
+    t = TRAJECTORY
+    names = sorted(FIXTURES)
+    c = config_of(name, FIXTURES[name])
+    model = make_model(c, 1234 + names.index(name)).float()
+    named = dict(model.named_parameters())
+    decays = [p for n, p in named.items() if p.dim() >= 2 and not n.endswith("bias")]
+    others = [p for n, p in named.items() if not (p.dim() >= 2 and not n.endswith("bias"))]
+    opt = torch.optim.AdamW([{"params": decays, "weight_decay": t["weight_decay"]},
+                             {"params": others, "weight_decay": 0.0}],
+                            lr=t["lr"], betas=t["betas"], eps=t["eps"])
+
+    def factor(s):
+        if s < t["warmup"]:
+            return s / max(1, t["warmup"])
+        return max(0.0, (steps - s) / max(1, steps - t["warmup"]))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+    records = list(zip(SOURCES, TARGETS))
+    per_epoch = math.ceil(len(records) / t["batch"])
+    with open(out_file, "w") as out:
+        for step in range(steps):
+            b = step % per_epoch
+            batch = records[b * t["batch"]:(b + 1) * t["batch"]]
+            opt.zero_grad(set_to_none=False)
+            loss = batch_loss(model, batch)
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(list(named.values()), t["max_grad_norm"])
+            lr = opt.param_groups[0]["lr"]
+            opt.step()
+            sched.step()
+            out.write(json.dumps({"step": step + 1, "loss": loss.item(), "lr": lr,
+                                  "grad_norm": float(norm),
+                                  "tokens": sum(len(tg) + 1 for _, tg in batch)}) + "\n")
 
 
 def main():
     torch.set_num_threads(1)
+    if sys.argv[1] == "--trajectory":
+        trajectory(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+        return
     root = sys.argv[1]
     for i, (name, variation) in enumerate(sorted(FIXTURES.items())):
         write_fixture(root, name, variation, 1234 + i)

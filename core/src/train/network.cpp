@@ -13,6 +13,7 @@
 #include "masque/train/dropout.hpp"
 #include "masque/train/grad_ops.hpp"
 #include "masque/train/linear.hpp"
+#include "masque/train/objective.hpp"
 #include "masque/transformer/network.hpp"
 #include "numerics/simd.hpp"
 #include "parallel_range.hpp"
@@ -26,6 +27,11 @@ using namespace transformer;
 bool ParameterSet::Entry::decays() const {
   return role == ParameterRole::matrix || role == ParameterRole::embedding ||
          role == ParameterRole::table;
+}
+
+ParameterSet::ParameterSet(std::vector<Entry> entries) : entries_(std::move(entries)) {
+  index();
+  if (index_.size() != entries_.size()) throw RuntimeError("a parameter set names a tensor twice");
 }
 
 void ParameterSet::index() {
@@ -928,7 +934,7 @@ void require_matmul_dtype(DType dtype) {
 // ---- TrainableTransformer
 // ------------------------------------------------------------------------
 
-struct Tape {
+struct Tape final : NetworkTape {
   StackTape encoder, decoder;
   HeadTape head;
   Tensor dhidden, dmemory;
@@ -1009,6 +1015,26 @@ void TrainableTransformer::backward(Tape& tape, const Tensor& dlogits) const {
                           &tape.encoder.pack, drop, tape.decoder, tape.dhidden, &tape.dmemory);
   impl_->encoder.backward(*tape.source, nullptr, nullptr, nullptr, drop, tape.encoder, tape.dmemory,
                           nullptr);
+}
+
+// ---- as a TrainableNetwork -----------------------------------------------------------------
+
+std::unique_ptr<NetworkTape> TrainableTransformer::new_tape() const {
+  return std::make_unique<Tape>();
+}
+
+void TrainableTransformer::forward(const TrainingBatch& batch, NetworkTape& tape, Tensor& logits,
+                                   const DropoutContext* dropout) const {
+  const Batch* source = batch.source.batch > 0 ? &batch.source : nullptr;
+  forward(batch.inputs, source, batch.rows, static_cast<Tape&>(tape), logits, dropout);
+}
+
+void TrainableTransformer::backward(NetworkTape& tape, const Tensor& dlogits) const {
+  backward(static_cast<Tape&>(tape), dlogits);
+}
+
+std::unique_ptr<TrainableNetwork> TrainableTransformer::replica(ParameterSet& params) const {
+  return std::make_unique<TrainableTransformer>(spec_, params, options_);
 }
 
 }  // namespace masque::train

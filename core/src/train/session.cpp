@@ -155,9 +155,9 @@ class Session {
   Plugins plugins_;
   std::unique_ptr<MaskStrategy> source_mask_;
   ModelInfo info_;
-  transformer::TransformerSpec spec_;
+  std::string architecture_;
   ParameterSet params_;
-  std::unique_ptr<TrainableTransformer> network_;
+  std::unique_ptr<TrainableNetwork> network_;
   std::unique_ptr<Objective> objective_;
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<CheckpointStore> store_;
@@ -181,7 +181,7 @@ void Session::load_model() {
   if (!trainable)
     throw ConfigError("model plugin '" + std::string(d.name) +
                       "' is not trainable by masque train (trainable: bert, gpt2, llama, qwen2, "
-                      "encoder-decoder)");
+                      "encoder-decoder, rnn-seq2seq)");
   if (!options_.resume.empty()) {
     // A checkpoint is a model folder: the spec and the weights come from it.
     model_dir_ = CheckpointStore::resolve_resume(options_.resume);
@@ -198,20 +198,26 @@ void Session::load_model() {
   model.params.set("init_seed",
                    from_scratch_ ? static_cast<std::int64_t>(settings_.objective.seed) : -1);
   plugins_ = create_plugins(pipeline_, registry_);
-  const auto* tm = dynamic_cast<const transformer::TransformerModel*>(plugins_.model.get());
-  if (!tm)
-    throw ConfigError("model plugin '" + std::string(d.name) +
-                      "' is not a Transformer masque can train");
-  spec_ = tm->spec();
-  info_ = tm->info();
+  info_ = plugins_.model->info();
+  const NetworkOptions network_options{.matmul_dtype = settings_.matmul_dtype,
+                                       .dropout = dropout_rates()};
+  if (const auto* tm = dynamic_cast<const transformer::TransformerModel*>(plugins_.model.get())) {
+    const transformer::TransformerSpec spec = tm->spec();
+    architecture_ = spec.architecture;
+    if (from_scratch_)
+      params_ = ParameterSet::initialised(spec, spec.initializer_range, settings_.objective.seed);
+    else
+      params_ = ParameterSet::from_checkpoint(spec, transformer::open_checkpoint(model_dir_));
+    network_ = std::make_unique<TrainableTransformer>(spec, params_, network_options);
+  } else if (const auto* other = dynamic_cast<const TrainableModel*>(plugins_.model.get())) {
+    // The plugin built its model from init_seed (or the checkpoint): train those parameters.
+    architecture_ = other->trainable_architecture();
+    params_ = other->parameters();
+    network_ = other->network(params_, network_options);
+  } else {
+    throw ConfigError("model plugin '" + std::string(d.name) + "' is not a model masque can train");
+  }
   plugins_.model.reset();  // the trainer keeps its own parameters
-  if (from_scratch_)
-    params_ = ParameterSet::initialised(spec_, spec_.initializer_range, settings_.objective.seed);
-  else
-    params_ = ParameterSet::from_checkpoint(spec_, transformer::open_checkpoint(model_dir_));
-  network_ = std::make_unique<TrainableTransformer>(
-      spec_, params_,
-      NetworkOptions{.matmul_dtype = settings_.matmul_dtype, .dropout = dropout_rates()});
   if (info_.kind == ModelKind::encoder_decoder) {
     const PluginEntry& entry = registry_.find(PluginKind::mask, "bidirectional");
     std::unique_ptr<Plugin> p = registry_.create(entry, default_params(*entry.descriptor));
@@ -399,7 +405,7 @@ int Session::run() {
     std::fprintf(stderr,
                  "masque train: %s %s, %lld parameters, %s; %lld steps (%lld records, batch %zu x "
                  "%d), lr %g; writing %s\n",
-                 spec_.architecture.c_str(), from_scratch_ ? "from scratch" : "fine-tuned",
+                 architecture_.c_str(), from_scratch_ ? "from scratch" : "fine-tuned",
                  static_cast<long long>(params_.count()), to_string(settings_.objective.kind),
                  static_cast<long long>(total_), static_cast<long long>(train.size()), t.batch_size,
                  t.accumulation, t.schedule.base_lr, settings_.output.c_str());

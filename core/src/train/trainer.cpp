@@ -20,10 +20,6 @@ std::vector<std::int64_t> sizes_of(const ParameterSet& params) {
   return sizes;
 }
 
-const Batch* source_of(const TrainingBatch& b) {
-  return b.source.batch > 0 ? &b.source : nullptr;
-}
-
 // `examples` cut into at most `parts` contiguous, non-empty runs of near-equal size.
 std::vector<std::span<const Example* const>> split(const std::vector<const Example*>& examples,
                                                    int parts) {
@@ -43,31 +39,31 @@ std::vector<std::span<const Example* const>> split(const std::vector<const Examp
 // Part 0 runs on the master parameters; part w > 0 on a replica that shares the values and has
 // its own gradient buffers, network and tape.
 struct Trainer::Workers {
-  Workers(const TrainableTransformer& network, ParameterSet& params, int threads, int intra)
+  Workers(const TrainableNetwork& network, ParameterSet& params, int threads, int intra)
       : pool(threads, intra) {
     for (int w = 1; w < threads; ++w) {
       auto& r = replicas.emplace_back(std::make_unique<ParameterSet>(params));
       for (auto& e : r->entries()) e.grad = Tensor::zeros(e.value.shape());
-      nets.push_back(std::make_unique<TrainableTransformer>(network.spec(), *r, network.options()));
+      nets.push_back(network.replica(*r));
     }
-    for (int w = 0; w < threads; ++w) tapes.push_back(network.make_tape());
+    for (int w = 0; w < threads; ++w) tapes.push_back(network.new_tape());
   }
   ThreadPool pool;
   std::vector<std::unique_ptr<ParameterSet>> replicas;
-  std::vector<std::unique_ptr<TrainableTransformer>> nets;
-  std::vector<TapePtr> tapes;
+  std::vector<std::unique_ptr<TrainableNetwork>> nets;
+  std::vector<std::unique_ptr<NetworkTape>> tapes;
 };
 
 Trainer::~Trainer() = default;
 
-Trainer::Trainer(const TrainableTransformer& network, ParameterSet& params,
-                 const Objective& objective, std::vector<Example> examples, TrainerOptions options)
+Trainer::Trainer(const TrainableNetwork& network, ParameterSet& params, const Objective& objective,
+                 std::vector<Example> examples, TrainerOptions options)
     : network_(network),
       params_(params),
       objective_(objective),
       examples_(std::move(examples)),
       options_(std::move(options)),
-      tape_(network.make_tape()) {
+      tape_(network.new_tape()) {
   if (examples_.empty()) throw ConfigError("training: no usable training records");
   if (options_.accumulation < 1) throw ConfigError("accumulation must be at least 1");
   if (options_.threads < 1) throw ConfigError("threads must be at least 1");
@@ -162,11 +158,11 @@ const DropoutContext* Trainer::dropout_of(std::size_t a, std::size_t i) const {
   return &dropout_[a][i];
 }
 
-double Trainer::train_part(const TrainableTransformer& net, Tape& tape, const TrainingBatch& b,
+double Trainer::train_part(const TrainableNetwork& net, NetworkTape& tape, const TrainingBatch& b,
                            const DropoutContext* dropout, std::int64_t count,
                            Tensor& logits) const {
   const CrossEntropyOptions ce{.label_smoothing = options_.label_smoothing};
-  net.forward(b.inputs, source_of(b), b.rows, tape, logits, dropout);
+  net.forward(b, tape, logits, dropout);
   const double loss =
       cross_entropy(logits, b.labels, static_cast<double>(count), ce, &logits).loss_sum;
   net.backward(tape, logits);
@@ -193,7 +189,7 @@ double Trainer::run_parts(const std::vector<std::vector<TrainingBatch>>& micro,
   for (std::size_t t = 0; t < threads; ++t)
     w.pool.submit([&, t] {
       try {
-        const TrainableTransformer& net = t == 0 ? network_ : *w.nets[t - 1];
+        const TrainableNetwork& net = t == 0 ? network_ : *w.nets[t - 1];
         Tensor logits;
         for (std::size_t a = 0; a < micro.size(); ++a) {
           if (t < micro[a].size())
@@ -220,7 +216,7 @@ double Trainer::run_parts(const std::vector<std::vector<TrainingBatch>>& micro,
 EvalResult Trainer::evaluate(const std::vector<Example>& examples, std::size_t batch_size) const {
   const std::vector<std::uint32_t> order = epoch_order(examples.size(), 0, 0, false);
   const std::vector<BatchSpan> spans = cut_batches(order, examples, batch_size, 0);
-  TapePtr tape = network_.make_tape();
+  std::unique_ptr<NetworkTape> tape = network_.new_tape();
   double loss_sum = 0;
   EvalResult r;
   Tensor logits;
@@ -229,7 +225,7 @@ EvalResult Trainer::evaluate(const std::vector<Example>& examples, std::size_t b
     for (std::size_t i = span.begin; i < span.end; ++i) batch.push_back(&examples[i]);
     const TrainingBatch b = objective_.lay_out(batch, 0);
     if (b.labels.empty()) continue;
-    network_.forward(b.inputs, source_of(b), b.rows, *tape, logits);
+    network_.forward(b, *tape, logits, nullptr);
     const CrossEntropyResult ce = cross_entropy(logits, b.labels, 1.0, {}, nullptr);
     loss_sum += ce.loss_sum;
     r.tokens += ce.counted;

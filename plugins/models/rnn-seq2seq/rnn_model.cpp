@@ -8,6 +8,8 @@
 #include "masque/ops.hpp"
 #include "masque/safetensors.hpp"
 #include "masque/threading.hpp"
+#include "rnn_network.hpp"
+#include "rnn_parameters.hpp"
 
 namespace masque::rnn {
 
@@ -23,14 +25,18 @@ Tensor gather_rows(const Tensor& t, std::span<const std::int32_t> rows) {
   return out;
 }
 
-// A checkpoint whose every tensor is read with its expected shape.
+}  // namespace
+
+// The model's tensors, each read with its expected shape: from a checkpoint, or from
+// parameters masque train initialised (rnn_parameters.hpp).
 class Weights {
  public:
   explicit Weights(const std::filesystem::path& dir) : st_(SafeTensors::open(dir)) {}
+  explicit Weights(const train::ParameterSet& params) : params_(&params) {}
   Tensor matrix(const std::string& name, std::int64_t rows, std::int64_t cols) const {
-    return st_.get_f32(name, {rows, cols});
+    return get(name, {rows, cols});
   }
-  Tensor vector(const std::string& name, std::int64_t n) const { return st_.get_f32(name, {n}); }
+  Tensor vector(const std::string& name, std::int64_t n) const { return get(name, {n}); }
 
   // nn.LSTM / nn.GRU layer `layer` of `prefix` (suffix "_reverse" for the backward direction).
   RnnLayer rnn(const std::string& prefix, std::int32_t layer, const char* suffix, Cell cell,
@@ -51,8 +57,17 @@ class Weights {
   }
 
  private:
+  Tensor get(const std::string& name, const Shape& shape) const {
+    if (!params_) return st_.get_f32(name, shape);
+    const Tensor& value = params_->at(name).value;
+    if (value.shape() != shape) throw RuntimeError("rnn-seq2seq: " + name + " has another shape");
+    return value.clone();
+  }
   SafeTensors st_;
+  const train::ParameterSet* params_ = nullptr;
 };
+
+namespace {
 
 Encoder load_encoder(const Weights& w, const RnnConfig& c) {
   std::vector<EncoderLayer> layers;
@@ -130,10 +145,18 @@ std::unique_ptr<DecodeState> RnnState::fork() const {
 
 // ---- model ---------------------------------------------------------------------------------
 
-RnnSeq2SeqModel::RnnSeq2SeqModel(const std::filesystem::path& path)
-    : config_(RnnConfig::load(path)) {
+RnnSeq2SeqModel::RnnSeq2SeqModel(const std::filesystem::path& path, std::int64_t init_seed)
+    : path_(path), init_seed_(init_seed), config_(RnnConfig::load(path)) {
+  if (init_seed_ >= 0) {
+    const train::ParameterSet params = parameters();
+    build(Weights(params));
+  } else {
+    build(Weights(path));
+  }
+}
+
+void RnnSeq2SeqModel::build(const Weights& w) {
   const ThreadScope one_thread(1);  // tiny packing regions cost more than they save
-  const Weights w(path);
   const RnnConfig& c = config_;
   encoder_ = load_encoder(w, c);
   if (c.bridge == Bridge::dense)
@@ -160,6 +183,17 @@ RnnSeq2SeqModel::RnnSeq2SeqModel(const std::filesystem::path& path)
   info_.eos = c.eos;
   info_.pad = c.pad;
   info_.decoder_start = c.decoder_start;
+}
+
+train::ParameterSet RnnSeq2SeqModel::parameters() const {
+  if (init_seed_ >= 0)
+    return initialised_parameters(config_, static_cast<std::uint64_t>(init_seed_));
+  return checkpoint_parameters(config_, SafeTensors::open(path_));
+}
+
+std::unique_ptr<train::TrainableNetwork> RnnSeq2SeqModel::network(
+    train::ParameterSet& params, const train::NetworkOptions& options) const {
+  return std::make_unique<RnnNetwork>(config_, params, options);
 }
 
 ForwardResult RnnSeq2SeqModel::forward(const Batch&) const {

@@ -15,6 +15,8 @@
 
 #include "masque/layers.hpp"
 #include "masque/model.hpp"
+#include "masque/train/network.hpp"
+#include "masque/train/trainable.hpp"
 #include "rnn_attention.hpp"
 #include "rnn_config.hpp"
 #include "rnn_encoder.hpp"
@@ -56,9 +58,13 @@ class RnnState final : public DecodeState {
   Scratch scratch_;
 };
 
-class RnnSeq2SeqModel final : public Model {
+class Weights;
+
+class RnnSeq2SeqModel final : public Model, public train::TrainableModel {
  public:
-  explicit RnnSeq2SeqModel(const std::filesystem::path& path);
+  // init_seed >= 0: the parameters initialised from that seed (rnn_parameters.hpp; the folder
+  // needs only config.json); -1: read from the folder's model.safetensors.
+  explicit RnnSeq2SeqModel(const std::filesystem::path& path, std::int64_t init_seed = -1);
 
   const ModelInfo& info() const override { return info_; }
   // Throws ConfigError: an encoder-decoder runs through start() and step().
@@ -66,10 +72,19 @@ class RnnSeq2SeqModel final : public Model {
   std::unique_ptr<DecodeState> start(const Batch& batch, Tensor* logits) const override;
   void step(DecodeState& state, const StepInput& input, Tensor& logits) const override;
 
+  // train::TrainableModel: masque train trains the model on RnnNetwork (rnn_network.hpp).
+  const char* trainable_architecture() const override { return "rnn-seq2seq"; }
+  train::ParameterSet parameters() const override;
+  std::unique_ptr<train::TrainableNetwork> network(
+      train::ParameterSet& params, const train::NetworkOptions& options) const override;
+
  private:
+  void build(const Weights& weights);
   // Each layer's initial h [rows, Hd] from the encoder's final states.
   std::vector<Tensor> initial_states(const Tensor& final_state) const;
 
+  std::filesystem::path path_;
+  std::int64_t init_seed_ = -1;
   RnnConfig config_;
   ModelInfo info_;
   Encoder encoder_;

@@ -9,7 +9,8 @@
 namespace {
 
 masque::Plugin* create(const masque::Params& params) {
-  return new masque::rnn::RnnSeq2SeqModel(params.get_string("path"));
+  return new masque::rnn::RnnSeq2SeqModel(
+      params.get_string("path"), params.has("init_seed") ? params.get_int("init_seed") : -1);
 }
 
 const masque::ParamSpec kParams[] = {
@@ -20,6 +21,12 @@ const masque::ParamSpec kParams[] = {
              "names (encoder.rnn.weight_ih_l0, ..._reverse, decoder.rnn.*, "
              "decoder.attention.*, generator.weight)",
      .flags = masque::kParamRequired},
+    {.name = "init_seed",
+     .type = masque::ParamType::integer,
+     .default_value = "-1",
+     .help = "-1: read the folder's weights. A seed >= 0: ignore any weights (the folder needs "
+             "only config.json) and initialise every parameter uniformly in [-0.1, 0.1] "
+             "(Luong et al. 2015; `masque train` with init: scratch)"},
 };
 
 const masque::PluginDescriptor* descriptor() {

@@ -24,6 +24,7 @@
 #include "masque/safetensors.hpp"
 #include "masque/tensor.hpp"
 #include "masque/train/dropout.hpp"
+#include "masque/train/trainable.hpp"
 #include "masque/transformer/spec.hpp"
 
 namespace masque::train {
@@ -40,6 +41,8 @@ class BOOST_SYMBOL_VISIBLE ParameterSet {
   };
 
   ParameterSet() = default;
+  // Entries a network other than a TrainableTransformer names (trainable.hpp); names unique.
+  explicit ParameterSet(std::vector<Entry> entries);
   // The parameters `spec` names, read from `checkpoint` (fine-tuning) ...
   static ParameterSet from_checkpoint(const transformer::TransformerSpec& spec,
                                       const SafeTensors& checkpoint);
@@ -91,17 +94,17 @@ struct NetworkOptions {
   DropoutRates dropout{};
 };
 
-class BOOST_SYMBOL_VISIBLE TrainableTransformer {
+class BOOST_SYMBOL_VISIBLE TrainableTransformer final : public TrainableNetwork {
  public:
   // The network of `spec` over `params` (which must come from the same spec and outlive it).
   TrainableTransformer(transformer::TransformerSpec spec, ParameterSet& params,
                        NetworkOptions options = {});
-  ~TrainableTransformer();
+  ~TrainableTransformer() override;
   TrainableTransformer(const TrainableTransformer&) = delete;
   TrainableTransformer& operator=(const TrainableTransformer&) = delete;
 
   const transformer::TransformerSpec& spec() const { return spec_; }
-  const NetworkOptions& options() const { return options_; }
+  const NetworkOptions& options() const override { return options_; }
   TapePtr make_tape() const;
 
   // Logits [rows.size(), vocab] of flat rows `rows` of `inputs` (b * length + t). `source` is
@@ -113,6 +116,13 @@ class BOOST_SYMBOL_VISIBLE TrainableTransformer {
   // Adds d(loss)/d(parameter) to every parameter's grad, given d(loss)/d(logits) of the last
   // forward on `tape`.
   void backward(Tape& tape, const Tensor& dlogits) const;
+
+  // TrainableNetwork: the forward above on a TrainingBatch (its inputs, source and rows).
+  std::unique_ptr<NetworkTape> new_tape() const override;
+  void forward(const TrainingBatch& batch, NetworkTape& tape, Tensor& logits,
+               const DropoutContext* dropout) const override;
+  void backward(NetworkTape& tape, const Tensor& dlogits) const override;
+  std::unique_ptr<TrainableNetwork> replica(ParameterSet& params) const override;
 
  private:
   struct Impl;

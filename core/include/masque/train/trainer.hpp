@@ -25,6 +25,7 @@
 #include "masque/train/objective.hpp"
 #include "masque/train/optimizer.hpp"
 #include "masque/train/schedule.hpp"
+#include "masque/train/trainable.hpp"
 
 namespace masque::train {
 
@@ -64,8 +65,8 @@ struct EvalResult {
 
 class BOOST_SYMBOL_VISIBLE Trainer {
  public:
-  // `network` and `params` (one spec) and `objective` must outlive the trainer.
-  Trainer(const TrainableTransformer& network, ParameterSet& params, const Objective& objective,
+  // `network` (over `params`) and `objective` must outlive the trainer.
+  Trainer(const TrainableNetwork& network, ParameterSet& params, const Objective& objective,
           std::vector<Example> examples, TrainerOptions options);
   ~Trainer();
 
@@ -94,18 +95,18 @@ class BOOST_SYMBOL_VISIBLE Trainer {
   double run_parts(const std::vector<std::vector<TrainingBatch>>& parts, std::int64_t count);
   // Forward, loss (over the step's `count` predicted tokens) and backward of one part on `net`,
   // with dropout drawn from `dropout` (null: none).
-  double train_part(const TrainableTransformer& net, Tape& tape, const TrainingBatch& b,
+  double train_part(const TrainableNetwork& net, NetworkTape& tape, const TrainingBatch& b,
                     const DropoutContext* dropout, std::int64_t count, Tensor& logits) const;
   // The dropout of part i of micro-batch a of this step (null when the network has none).
   const DropoutContext* dropout_of(std::size_t a, std::size_t i) const;
 
-  const TrainableTransformer& network_;
+  const TrainableNetwork& network_;
   ParameterSet& params_;
   const Objective& objective_;
   std::vector<Example> examples_;
   TrainerOptions options_;
   AdamW adamw_;
-  TapePtr tape_;
+  std::unique_ptr<NetworkTape> tape_;
   struct Workers;  // the parallel parts' replicas and threads (threads > 1)
   std::unique_ptr<Workers> workers_;
   std::int64_t step_ = 0;
