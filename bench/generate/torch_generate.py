@@ -5,8 +5,8 @@ runner batches (windows of 16 x B prompts sorted by length, cut into batches of 
     torch_generate.py MODEL_DIR --ids PROMPTS --batch 32 --new-tokens 128 --end-tokens 1,2
         [--temperature 1.0 --top-p 0.95 --seed 1 --threads 1 --backend tuned]
 
-Prints one JSON line: seconds (generation only, model load and an untimed warm-up excluded),
-records, generated tokens. Each batch is left-padded (a key-padding mask hides the pads) and
+Prints one JSON line: seconds and cpu_seconds (generation only, model load and an untimed
+warm-up excluded), records, generated tokens. Each batch is left-padded (a key-padding mask hides the pads) and
 decodes until its last row has produced an end token or the new-token limit; positions count
 from the padded start, as a model called without position ids does. The model code is
 bench/lm/torch_lm.py's (GPT-2 and Llama, KV cache, its tuned or plain products).
@@ -93,20 +93,24 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--backend", choices=["tuned", "plain"], default="tuned")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N prompts (0: all)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     records = torch_lm.read_ids(args.ids)
+    if args.limit:
+        records = records[:args.limit]
     model = torch_lm.load_model(args.model, args.backend)
     ends = torch.tensor([int(t) for t in args.end_tokens.split(",")])
     generator = torch.Generator().manual_seed(args.seed)
     with torch.no_grad():
         generate_batch(model, records[:args.batch], argparse.Namespace(
             new_tokens=4, temperature=args.temperature, top_p=args.top_p), ends, generator)
-        begin = time.perf_counter()
+        begin, cpu = time.perf_counter(), time.process_time()
         generated = sum(generate_batch(model, b, args, ends, generator)
                         for b in batches(records, args.batch))
-        seconds = time.perf_counter() - begin
-    print(json.dumps({"seconds": seconds, "records": len(records), "generated": generated}))
+        seconds, cpu = time.perf_counter() - begin, time.process_time() - cpu
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "records": len(records),
+                      "generated": generated}))
 
 
 if __name__ == "__main__":
