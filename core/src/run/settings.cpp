@@ -23,7 +23,7 @@ const std::vector<ParamSpec>& run_param_specs() {
        .min = 0},
       {.name = "batching",
        .type = ParamType::string,
-       .default_value = "continuous",
+       .default_value = "static",
        .help = "lm-generate and seq2seq (not with return_attention/replace_unknowns): "
                "continuous keeps up to max_batch_size rows decoding and starts the next records "
                "as rows finish (max_batch_tokens bounds each admission's prompt batch); static "
