@@ -14,6 +14,12 @@ std::int32_t Stepper::max_steps(std::int32_t) const {
 bool Stepper::fixed_length() const {
   return false;
 }
+std::int32_t Stepper::admit(std::int32_t, bool) {
+  return 0;
+}
+bool Decoder::admits_records() const {
+  return false;
+}
 std::unique_ptr<Stepper> Stepper::fork() const {
   throw RuntimeError("this task's stepper cannot be copied (needed by return_alternatives)");
 }

@@ -232,3 +232,80 @@ TEST_CASE("KV cache misuse is reported", "[numerics][kv_cache]") {
   CHECK(cache.length() == 0);
   CHECK_THROWS_AS(cache.begin_step(TokenRole::pad), RuntimeError);
 }
+
+TEST_CASE("append_rows joins a new prefill after decoding rows and drops unused columns",
+          "[numerics][kv_cache]") {
+  const Toy toy;
+  std::vector<std::vector<int>> rows{{1, 2, 3, 4, 5, 6}, {7, 8}};
+  KvCache cache = prefill(toy, rows);
+  for (int s = 0; s < 5; ++s) step(toy, cache, rows, {(s * 5) % kVocab, (s * 9 + 2) % kVocab});
+  CHECK(cache.length() == 11);
+  // The long row finishes; the short one keeps columns 0-1 (its prompt) and 6-10.
+  cache.select(std::vector<std::int32_t>{1});
+  rows = {rows[1]};
+  std::vector<std::vector<int>> joining{{20, 21, 22}, {23}};
+  KvCache incoming = prefill(toy, joining);
+  cache.append_rows(std::move(incoming));
+  rows.insert(rows.end(), joining.begin(), joining.end());
+  CHECK(cache.rows() == 3);
+  CHECK(cache.length() == 11);  // nothing unused at the left yet: row 0 starts at column 0
+  CHECK(cache.next_position(0) == 7);
+  CHECK(cache.next_position(1) == 3);
+  CHECK(cache.next_position(2) == 1);
+  for (int s = 0; s < 20; ++s) step(toy, cache, rows, {s % kVocab, (s + 30) % kVocab, 49 - s});
+  // Row 0 leaves: the columns before the others' prompts go at the next join.
+  cache.select(std::vector<std::int32_t>{1, 2});
+  rows = {rows[1], rows[2]};
+  std::vector<std::vector<int>> more{{40, 41, 42, 43}};
+  cache.append_rows(prefill(toy, more));
+  rows.push_back(more[0]);
+  CHECK(cache.length() == 23);  // row 1's prompt of 3 and 20 steps, right-aligned
+  for (int s = 0; s < 3; ++s) step(toy, cache, rows, {s, s + 1, s + 2});
+  // Into an empty cache (every row finished), and joining caches of another shape fails.
+  cache.select(std::vector<std::int32_t>{});
+  cache.append_rows(prefill(toy, {{1, 2}}));
+  std::vector<std::vector<int>> fresh{{1, 2}};
+  step(toy, cache, fresh, {3});
+  KvCache other(kLayers + 1, toy.dims.kv_heads, toy.dims.head_dim, 1);
+  CHECK_THROWS_AS(cache.append_rows(std::move(other)), RuntimeError);
+}
+
+TEST_CASE("append_rows joins cross-attention memories of different source lengths",
+          "[numerics][kv_cache]") {
+  const Toy toy;
+  auto start = [&](const std::vector<std::vector<int>>& source) {
+    const auto B = static_cast<std::int32_t>(source.size());
+    std::int32_t S = 0;
+    for (const auto& s : source) S = std::max<std::int32_t>(S, static_cast<std::int32_t>(s.size()));
+    AttentionLayout layout;
+    layout.reset(B, S);
+    std::vector<int> ids;
+    for (std::int32_t b = 0; b < B; ++b)
+      for (std::int32_t t = 0; t < S; ++t) {
+        const bool real = t < static_cast<std::int32_t>(source[b].size());
+        ids.push_back(real ? source[b][t] : -1);
+        layout.role[b * S + t] = real ? TokenRole::content : TokenRole::pad;
+      }
+    KvCache cache(kLayers, toy.dims.kv_heads, toy.dims.head_dim, B);
+    cache.set_source(layout);
+    for (int l = 0; l < kLayers; ++l) {
+      Tensor ks = Toy::gather(toy.k[l], ids), vs = Toy::gather(toy.v[l], ids);
+      cache.set_cross(l, seq_view(ks, S), seq_view(vs, S));
+    }
+    return cache;
+  };
+  std::vector<std::vector<int>> source{{30, 31}, {32}};
+  KvCache cache = start(source);
+  std::vector<std::vector<int>> rows(2);
+  step(toy, cache, rows, {1, 2}, TokenRole::content, &source);
+  step(toy, cache, rows, {3, 4}, TokenRole::content, &source);
+  std::vector<std::vector<int>> joining{{33, 34, 35, 36}};
+  cache.append_rows(start(joining));
+  source.push_back(joining[0]);
+  rows.emplace_back();
+  CHECK(cache.source_length() == 4);
+  step(toy, cache, rows, {5, 6, 7}, TokenRole::content, &source);
+  cache.select(std::vector<std::int32_t>{2, 0});
+  std::vector<std::vector<int>> picked{rows[2], rows[0]}, picked_source{source[2], source[0]};
+  step(toy, cache, picked, {8, 9}, TokenRole::content, &picked_source);
+}

@@ -44,6 +44,13 @@ class BOOST_SYMBOL_VISIBLE Stepper {
   // An independent copy of the current rows and records (a look-ahead, e.g. for
   // return_alternatives). The default throws RuntimeError: the stepper cannot be copied.
   virtual std::unique_ptr<Stepper> fork() const;
+  // Continuous batching: takes in records the task holds back, each as one new row with its
+  // logits ready, as many as fit the task's row limit once each has `rows_per_record` rows (at
+  // least one when no row is left). With `keep_rows` the new rows come after the current ones;
+  // without, every current row is finished and the new rows replace them (rows 0..count-1). Call
+  // it with finished rows already dropped. Returns how many came in: they are records
+  // num_records() - count .. num_records() - 1. The default: 0 (a fixed set of records).
+  virtual std::int32_t admit(std::int32_t rows_per_record, bool keep_rows);
 };
 
 struct Hypothesis {
@@ -61,6 +68,10 @@ struct DecodeResult {
 class BOOST_SYMBOL_VISIBLE Decoder : public Plugin {
  public:
   virtual std::vector<DecodeResult> decode(Stepper& stepper) const = 0;
+  // Continuous batching: decode() calls stepper.admit() as rows finish, until it returns 0
+  // with no row left, and decodes every admitted record (one result per record, in record
+  // order). A task may then start the stepper with no record at all. Default: false.
+  virtual bool admits_records() const;
 };
 
 }  // namespace masque

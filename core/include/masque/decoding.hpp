@@ -81,6 +81,9 @@ struct RecordPlan {
 // One plan per record. With a fixed_length() stepper the limit is max_steps(record) (which
 // must be set); otherwise min(max_new_tokens, max_steps(record) when not -1).
 std::vector<RecordPlan> plan_records(const Stepper& stepper, const DecodingOptions& options);
+// The plan of one record (one admitted by continuous batching). Its spans point into the
+// stepper's record, which must stay where it is (a moved std::vector keeps its buffer).
+RecordPlan plan_record(const Stepper& stepper, const DecodingOptions& options, std::int32_t record);
 
 // The end tokens in effect: none for a fixed_length() stepper (end tokens have no meaning
 // there), else options.end_tokens or the stepper's defaults. Throws ConfigError for ids

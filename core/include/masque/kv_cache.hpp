@@ -86,12 +86,19 @@ class BOOST_SYMBOL_VISIBLE KvCache {
   void select(std::span<const std::int32_t> rows);
   // An independent deep copy.
   KvCache fork() const;
+  // Continuous batching: the rows of `other` (a newly prefilled batch with the same layers and
+  // width) join after this cache's rows. Both sides are right-aligned, so every row's newest
+  // token sits in the last kept column and the distances between a row's columns (what
+  // position biases see) are kept; leading columns that no row uses any more are dropped. The
+  // source memories are joined too, padded to the longer source. Not during an append.
+  void append_rows(KvCache&& other);
 
  private:
   void reserve(std::int32_t columns);
   void check_layer(std::int32_t layer, const char* what) const;
   void check_idle(const char* what) const;
   void note_kept(std::int32_t row, std::int32_t col);
+  std::int32_t first_used_column() const;  // the leftmost column some row does not pad
 
   std::int32_t layers_ = 0, rows_ = 0, length_ = 0, pending_ = 0, capacity_ = 0;
   std::int64_t width_ = 0;

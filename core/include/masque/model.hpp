@@ -84,6 +84,11 @@ class BOOST_SYMBOL_VISIBLE DecodeState {
   // New row i becomes old row rows[i] (reorder for beam search, replicate, drop finished).
   virtual void select(std::span<const std::int32_t> rows) = 0;
   virtual std::unique_ptr<DecodeState> fork() const = 0;
+  // Continuous batching: whether append() works, and the rows of `other` (a state the same
+  // model's start() made, on its own batch) joining after this state's rows, as if both had been
+  // started together. The defaults: false, and append() throws RuntimeError.
+  virtual bool can_append() const;
+  virtual void append(DecodeState& other);
 };
 
 struct StepInput {

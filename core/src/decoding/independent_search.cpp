@@ -18,6 +18,7 @@ struct Sequence {
   std::vector<float> logprobs;
   double logprob_sum = 0;
   bool on_prefix = true;  // has followed the biased prefix so far
+  std::int32_t step = 0;  // the record's decoding step (records admitted later start at 0)
 };
 
 // Capacity reserved up front so that appending tokens does not allocate in the loop.
@@ -46,7 +47,13 @@ class IndependentSearch {
 
   std::vector<DecodeResult> run() {
     start();
-    for (std::int32_t step = 0; !alive_.empty(); ++step) decode_step(step);
+    for (;;) {
+      const std::int32_t admitted = admit();
+      if (!alive_.empty())
+        decode_step();
+      else if (admitted == 0)
+        break;
+    }
     for (DecodeResult& result : results_)
       sort_hypotheses(result.hypotheses, result.hypotheses.size());
     return std::move(results_);
@@ -59,22 +66,43 @@ class IndependentSearch {
     for (std::int32_t r = 0; r < static_cast<std::int32_t>(plans_.size()); ++r) {
       results_[r].hypotheses.resize(static_cast<std::size_t>(per_record_));
       if (plans_[r].limit == 0) continue;
-      for (std::int32_t h = 0; h < per_record_; ++h) add_sequence(r, h);
+      for (std::int32_t h = 0; h < per_record_; ++h) add_sequence(r, h, r);
     }
     if (!alive_.empty() && !is_identity(keep_, plans_.size())) stepper_.select(keep_);
   }
 
-  void add_sequence(std::int32_t record, std::int32_t hypothesis) {
+  // Continuous batching: the records the stepper takes in join as rows after the live ones
+  // (or replace the finished rows when none is live).
+  std::int32_t admit() {
+    const std::int32_t first = stepper_.num_records();
+    const std::int32_t count = stepper_.admit(per_record_, !alive_.empty());
+    if (count <= 0) return 0;
+    const auto live = static_cast<std::int32_t>(alive_.size());
+    keep_.resize(static_cast<std::size_t>(live));
+    for (std::int32_t i = 0; i < live; ++i) keep_[i] = i;
+    results_.resize(static_cast<std::size_t>(first + count));
+    for (std::int32_t r = first; r < first + count; ++r) {
+      plans_.push_back(plan_record(stepper_, options_, r));
+      results_[r].hypotheses.resize(static_cast<std::size_t>(per_record_));
+      if (plans_[r].limit == 0) continue;
+      for (std::int32_t h = 0; h < per_record_; ++h) add_sequence(r, h, live + (r - first));
+    }
+    if (!is_identity(keep_, static_cast<std::size_t>(live + count))) stepper_.select(keep_);
+    return count;
+  }
+
+  // `row`: the stepper row holding the record's prompt.
+  void add_sequence(std::int32_t record, std::int32_t hypothesis, std::int32_t row) {
     Sequence& seq = alive_.emplace_back();
     seq.record = record;
     seq.index = record * per_record_ + hypothesis;
     const auto reserve = static_cast<std::size_t>(std::min(plans_[record].limit, kReserveTokens));
     seq.tokens.reserve(reserve);
     seq.logprobs.reserve(reserve);
-    keep_.push_back(record);
+    keep_.push_back(row);
   }
 
-  void decode_step(std::int32_t step) {
+  void decode_step() {
     stepper_.logits(logits_);
     check_logits(logits_, alive_.size(), vocab_);
     keep_.clear();
@@ -82,14 +110,15 @@ class IndependentSearch {
     for (std::size_t i = 0; i < alive_.size(); ++i) {
       std::span<float> row(logits_.f32() + i * static_cast<std::size_t>(vocab_),
                            static_cast<std::size_t>(vocab_));
-      step_row(static_cast<std::int32_t>(i), row, step);
+      step_row(static_cast<std::int32_t>(i), row);
     }
     drop_finished();
     if (!next_.empty()) stepper_.advance(next_);
   }
 
-  void step_row(std::int32_t row_index, std::span<float> row, std::int32_t step) {
+  void step_row(std::int32_t row_index, std::span<float> row) {
     Sequence& seq = alive_[row_index];
+    const std::int32_t step = seq.step++;
     const RecordPlan& plan = plans_[seq.record];
     const bool forced = step < static_cast<std::int32_t>(plan.prefix.size());
     const TokenId token = forced ? plan.prefix[step] : choose(seq, plan, row, step);

@@ -201,14 +201,20 @@ std::int32_t record_limit(const Stepper& stepper, std::int32_t record,
 
 }  // namespace
 
+RecordPlan plan_record(const Stepper& stepper, const DecodingOptions& options,
+                       std::int32_t record) {
+  RecordPlan plan;
+  plan.context = stepper.context(record);
+  (options.prefix_bias_beta > 0 ? plan.biased : plan.prefix) = stepper.forced_prefix(record);
+  plan.limit = record_limit(stepper, record, options);
+  return plan;
+}
+
 std::vector<RecordPlan> plan_records(const Stepper& stepper, const DecodingOptions& options) {
-  std::vector<RecordPlan> plans(static_cast<std::size_t>(stepper.num_records()));
-  for (std::int32_t r = 0; r < stepper.num_records(); ++r) {
-    RecordPlan& plan = plans[r];
-    plan.context = stepper.context(r);
-    (options.prefix_bias_beta > 0 ? plan.biased : plan.prefix) = stepper.forced_prefix(r);
-    plan.limit = record_limit(stepper, r, options);
-  }
+  std::vector<RecordPlan> plans;
+  plans.reserve(static_cast<std::size_t>(stepper.num_records()));
+  for (std::int32_t r = 0; r < stepper.num_records(); ++r)
+    plans.push_back(plan_record(stepper, options, r));
   return plans;
 }
 

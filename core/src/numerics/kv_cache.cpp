@@ -327,4 +327,107 @@ KvCache KvCache::fork() const {
   return copy;
 }
 
+std::int32_t KvCache::first_used_column() const {
+  std::int32_t first = length_;
+  for (std::int32_t b = 0; b < rows_; ++b)
+    for (std::int32_t c = 0; c < first; ++c)
+      if (role_[static_cast<std::size_t>(b) * capacity_ + c] != TokenRole::pad) {
+        first = c;
+        break;
+      }
+  return first;
+}
+
+namespace {
+
+// Rows of `src` ([rows, src_cap, width], columns [from, from + columns)) into `dst` ([.., cap,
+// width]) from row `row0` on, at column `at`.
+void place_rows(const Tensor& src, std::int32_t rows, std::int32_t src_cap, std::int32_t from,
+                std::int32_t columns, Tensor& dst, std::int32_t row0, std::int32_t cap,
+                std::int32_t at, std::int64_t width) {
+  if (src.empty() || columns <= 0) return;
+  for (std::int32_t r = 0; r < rows; ++r)
+    std::memcpy(dst.f32() + ((std::int64_t{row0} + r) * cap + at) * width,
+                src.f32() + (std::int64_t{r} * src_cap + from) * width,
+                sizeof(float) * columns * width);
+}
+
+}  // namespace
+
+void KvCache::append_rows(KvCache&& other) {
+  check_idle("append_rows");
+  other.check_idle("append_rows");
+  if (other.layers_ != layers_ || other.width_ != width_)
+    throw RuntimeError("KvCache::append_rows: caches of different shapes (" +
+                       std::to_string(layers_) + " x " + std::to_string(width_) + " and " +
+                       std::to_string(other.layers_) + " x " + std::to_string(other.width_) + ")");
+  const std::int32_t skip = first_used_column(), other_skip = other.first_used_column();
+  const std::int32_t mine = length_ - skip, theirs = other.length_ - other_skip;
+  const std::int32_t length = std::max(mine, theirs), rows = rows_ + other.rows_;
+  const std::int32_t cap = std::max(length + kMinCapacity, capacity_);
+  const std::int32_t s = std::max(source_length_, other.source_length_);
+  const bool cross = source_length_ > 0 || other.source_length_ > 0;
+  for (std::int32_t l = 0; l < layers_; ++l) {
+    for (auto [buffer, theirs_buffer] :
+         {std::pair{&keys_[l], &other.keys_[l]}, std::pair{&values_[l], &other.values_[l]}}) {
+      Tensor joined({rows, cap, width_});
+      place_rows(*buffer, rows_, capacity_, skip, mine, joined, 0, cap, length - mine, width_);
+      place_rows(*theirs_buffer, other.rows_, other.capacity_, other_skip, theirs, joined, rows_,
+                 cap, length - theirs, width_);
+      *buffer = std::move(joined);
+    }
+    if (!cross) continue;
+    for (auto [buffer, theirs_buffer] : {std::pair{&cross_keys_[l], &other.cross_keys_[l]},
+                                         std::pair{&cross_values_[l], &other.cross_values_[l]}}) {
+      if (buffer->empty() && theirs_buffer->empty()) continue;
+      Tensor joined({rows, s, width_});
+      std::memset(joined.f32(), 0, sizeof(float) * static_cast<std::size_t>(rows) * s * width_);
+      place_rows(*buffer, rows_, source_length_, 0, source_length_, joined, 0, s, 0, width_);
+      place_rows(*theirs_buffer, other.rows_, other.source_length_, 0, other.source_length_, joined,
+                 rows_, s, 0, width_);
+      *buffer = std::move(joined);
+    }
+  }
+  std::vector<std::int32_t> rank(static_cast<std::size_t>(rows) * cap, 0);
+  std::vector<TokenRole> role(rank.size(), TokenRole::pad);
+  auto place_meta = [&](const KvCache& c, std::int32_t row0, std::int32_t from, std::int32_t n) {
+    for (std::int32_t r = 0; r < c.rows_; ++r) {
+      const std::size_t src = static_cast<std::size_t>(r) * c.capacity_ + from;
+      const std::size_t dst = (static_cast<std::size_t>(row0) + r) * cap + (length - n);
+      std::copy_n(c.rank_.begin() + src, n, rank.begin() + dst);
+      std::copy_n(c.role_.begin() + src, n, role.begin() + dst);
+    }
+  };
+  place_meta(*this, 0, skip, mine);
+  place_meta(other, rows_, other_skip, theirs);
+  if (cross) {
+    std::vector<TokenRole> source_role(static_cast<std::size_t>(rows) * s, TokenRole::pad);
+    std::vector<std::int32_t> source_rank(source_role.size(), 0);
+    for (const KvCache* c : {this, &other}) {
+      const std::size_t row0 = c == this ? 0 : static_cast<std::size_t>(rows_);
+      for (std::int32_t r = 0; r < c->rows_; ++r)
+        for (std::int32_t t = 0; t < c->source_length_; ++t) {
+          const std::size_t src = static_cast<std::size_t>(r) * c->source_length_ + t;
+          source_role[(row0 + r) * s + t] = c->source_role_[src];
+          source_rank[(row0 + r) * s + t] = c->source_rank_[src];
+        }
+    }
+    source_role_ = std::move(source_role);
+    source_rank_ = std::move(source_rank);
+    source_length_ = s;
+  }
+  source_of_ = identity(rows);
+  rank_ = std::move(rank);
+  role_ = std::move(role);
+  next_rank_.insert(next_rank_.end(), other.next_rank_.begin(), other.next_rank_.end());
+  next_position_.insert(next_position_.end(), other.next_position_.begin(),
+                        other.next_position_.end());
+  window_ = std::max(window_, other.window_);
+  rows_ = rows;
+  length_ = length;
+  capacity_ = cap;
+  spare_.clear();
+  other = KvCache();
+}
+
 }  // namespace masque

@@ -73,6 +73,12 @@ std::vector<std::vector<Item*>> cut_batches(std::span<Item* const> sorted,
   return batches;
 }
 
+std::vector<std::vector<Item*>> deal_groups(std::span<Item* const> sorted, std::size_t groups) {
+  std::vector<std::vector<Item*>> out(std::min(std::max<std::size_t>(groups, 1), sorted.size()));
+  for (std::size_t i = 0; i < sorted.size(); ++i) out[i % out.size()].push_back(sorted[i]);
+  return out;
+}
+
 Batcher::Batcher(const Task& task, const BatchingOptions& options, ThreadPool& pool,
                  ErrorSink on_error)
     : task_(task), options_(options), pool_(pool), on_error_(std::move(on_error)) {}
@@ -111,7 +117,8 @@ WindowCut Batcher::cut() {
   window_.clear();
   std::vector<Item*> ok = prepare(*cut.items);
   sort_by_cost(ok);
-  cut.batches = cut_batches(ok, options_);
+  cut.batches = options_.continuous_groups > 0 ? deal_groups(ok, options_.continuous_groups)
+                                               : cut_batches(ok, options_);
   return cut;
 }
 

@@ -19,6 +19,10 @@ namespace masque {
 // Stable: equal costs keep their input order.
 void sort_by_cost(std::vector<Item*>& items);
 
+// Continuous batching: `sorted` dealt round-robin into `groups` groups (fewer when there are
+// fewer items), each still sorted by cost, so every worker gets a similar mix.
+std::vector<std::vector<Item*>> deal_groups(std::span<Item* const> sorted, std::size_t groups);
+
 // Consecutive runs of `sorted` (sorted by cost) with at most max_batch_size records and, past
 // the first record of a batch, at most max_batch_tokens tokens counted with padding (records x
 // the largest cost). Every item lands in exactly one batch, in order.

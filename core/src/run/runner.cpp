@@ -69,6 +69,14 @@ WriterOptions writer_options(const Task& task, const RunOptions& o) {
           .first_record = o.first_record};
 }
 
+// Continuous batching: one group of each window per worker.
+BatchingOptions batching_for(const Task& task, const RunOptions& options) {
+  BatchingOptions b = options.batching;
+  b.continuous_groups =
+      task.batches_continuously() ? static_cast<std::size_t>(std::max(1, options.threads)) : 0;
+  return b;
+}
+
 // One run_corpus call: reads into the batcher, hands its batches to the workers and lets the
 // ordered writer put the results out.
 class CorpusRun {
@@ -78,7 +86,7 @@ class CorpusRun {
         options_(options),
         // Left to the process exit when the run stops early: workers may still be busy.
         pool_(new ThreadPool(std::max(1, options.threads), std::max(1, options.intra_threads))),
-        batcher_(task, options.batching, *pool_,
+        batcher_(task, batching_for(task, options), *pool_,
                  [queue = queue_](Result r) { queue->put(std::move(r)); }) {}
 
   RunStats run(std::FILE* in, std::FILE* out);

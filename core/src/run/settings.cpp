@@ -21,6 +21,15 @@ const std::vector<ParamSpec>& run_param_specs() {
        .help = "records read ahead and sorted by length before batching (0 = 16 x max_batch_size); "
                "bounds memory, output stays in input order",
        .min = 0},
+      {.name = "batching",
+       .type = ParamType::string,
+       .default_value = "static",
+       .help = "lm-generate and seq2seq (not with return_attention/replace_unknowns): "
+               "continuous keeps up to max_batch_size rows decoding and starts the next records "
+               "as rows finish (max_batch_tokens bounds each admission's prompt batch); static "
+               "decodes each batch until its longest record ends. Same outputs either way; "
+               "other tasks batch statically",
+       .choices = "continuous|static"},
       {.name = "invalid_utf8",
        .type = ParamType::string,
        .default_value = "error",

@@ -16,6 +16,10 @@ struct BatchingOptions {
   std::size_t max_batch_size = 32;
   std::size_t max_batch_tokens = 16384;
   std::size_t read_ahead = 0;  // 0 = 16 x max_batch_size
+  // > 0 for a task that batches continuously (Task::batches_continuously): each window is cut
+  // into this many groups (one per worker) instead of batches; the task keeps at most
+  // max_batch_size rows of a group decoding and admits the next records as rows finish.
+  std::size_t continuous_groups = 0;
 
   // Records read ahead, prepared and sorted by length before they are cut into batches.
   std::size_t window() const { return read_ahead ? read_ahead : 16 * max_batch_size; }

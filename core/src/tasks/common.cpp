@@ -3,6 +3,7 @@
 #include "run/stream.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "masque/decoding.hpp"
@@ -252,6 +253,13 @@ void ModelStepper::logits(Tensor& out) {
 }
 
 void ModelStepper::select(std::span<const std::int32_t> rows) {
+  if (rows.empty()) {  // every row is done: the next admission starts a new state
+    state_.reset();
+    row_records_.clear();
+    logits_ = Tensor();
+    attention_ = Tensor();
+    return;
+  }
   std::vector<std::int32_t> records(rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) records[i] = row_records_[rows[i]];
   row_records_ = std::move(records);
@@ -260,6 +268,68 @@ void ModelStepper::select(std::span<const std::int32_t> rows) {
   if (logits_.empty()) return;
   gather_rows(logits_, rows, spare_);  // spare_ is reused: no allocation per step
   std::swap(logits_, spare_);
+}
+
+std::int32_t ModelStepper::admit(std::int32_t rows_per_record, bool keep_rows) {
+  if (!admission_.next) return 0;
+  const auto rows = keep_rows ? static_cast<std::int32_t>(row_records_.size()) : 0;
+  const std::int32_t per_record = std::max(1, rows_per_record);
+  // Joining copies the whole cache: wait until an eighth of the rows (or a record's) is free.
+  const std::int32_t free_rows = admission_.max_rows - rows;
+  if (rows > 0 && free_rows < std::max(per_record, admission_.max_rows / 8)) return 0;
+  if (rows > 0 && !state_->can_append()) return 0;
+  // A record wider than the row limit still runs, alone.
+  const std::int32_t room = std::max(1, free_rows / per_record);
+  AdmittedRecords in = admission_.next(room);
+  const auto count = static_cast<std::int32_t>(in.records.size());
+  if (count == 0) return 0;
+  if (rows == 0) {
+    state_ = std::move(in.state);
+    logits_ = std::move(in.logits);
+    row_records_.clear();
+    attention_ = Tensor();
+  } else {
+    state_->append(*in.state);
+    const std::int64_t width = logits_.dim(1);
+    Tensor joined({std::int64_t{rows} + count, width});
+    std::memcpy(joined.f32(), logits_.f32(), sizeof(float) * rows * width);
+    std::memcpy(joined.f32() + rows * width, in.logits.f32(), sizeof(float) * count * width);
+    logits_ = std::move(joined);
+  }
+  for (StepperRecord& record : in.records) {
+    restricted_ = restricted_ || !record.allowed.empty();
+    row_records_.push_back(static_cast<std::int32_t>(records_.size()));
+    records_.push_back(std::move(record));
+  }
+  return count;
+}
+
+std::size_t ContinuousLimits::admissible(std::span<Item* const> items, std::int32_t room) const {
+  std::size_t count = 0, longest = 0;
+  while (count < items.size() && count < static_cast<std::size_t>(std::max(room, 1))) {
+    const std::size_t padded = std::max(longest, items[count]->cost);
+    if (count > 0 && padded * (count + 1) > max_tokens) break;
+    longest = padded;
+    ++count;
+  }
+  return count;
+}
+
+ContinuousLimits continuous_limits(const Params& run, const Decoder& decoder) {
+  ContinuousLimits limits;
+  if (!run.has("batching") || !run.has("max_batch_size")) return limits;  // no run section
+  limits.enabled = run.get_string("batching") == "continuous" && decoder.admits_records();
+  limits.max_rows = static_cast<std::int32_t>(run.get_int("max_batch_size"));
+  limits.max_tokens = static_cast<std::size_t>(run.get_int("max_batch_tokens"));
+  return limits;
+}
+
+AdmittedRecords ModelStepper::release() && {
+  AdmittedRecords out;
+  out.state = std::move(state_);
+  out.logits = std::move(logits_);
+  out.records = std::move(records_);
+  return out;
 }
 
 std::unique_ptr<Stepper> ModelStepper::fork() const {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -84,6 +85,33 @@ struct StepperRecord {
   std::vector<std::uint8_t> allowed;
 };
 
+// Continuous batching: records a task starts when the decoder has room for them.
+struct AdmittedRecords {
+  std::unique_ptr<DecodeState> state;  // one row per record (model.start() on their batch)
+  Tensor logits;                       // [records, vocab_size]: each row's next-token logits
+  std::vector<StepperRecord> records;
+};
+
+struct Admission {
+  std::int32_t max_rows = 0;  // rows in use at most (run.max_batch_size)
+  // Starts up to `max_records` (>= 1) of the records the task holds back, in their order;
+  // none left: no record.
+  std::function<AdmittedRecords(std::int32_t max_records)> next;
+};
+
+// Continuous batching's limits from the run section (run.batching, max_batch_size,
+// max_batch_tokens); off with run.batching: static, without a run section, or with a decoder
+// that cannot admit records as it goes (return_alternatives).
+struct ContinuousLimits {
+  bool enabled = false;
+  std::int32_t max_rows = 0;
+  std::size_t max_tokens = 0;
+  // How many of `items` (in order) one admission takes: at most `room` and, past the first,
+  // as many as fit max_tokens padded to the longest (item.cost).
+  std::size_t admissible(std::span<Item* const> items, std::int32_t room) const;
+};
+ContinuousLimits continuous_limits(const Params& run_params, const Decoder& decoder);
+
 class ModelStepper final : public Stepper {
  public:
   // `state` comes from model.start(); `logits` holds the logits of each row's last prompt token
@@ -113,6 +141,16 @@ class ModelStepper final : public Stepper {
   void advance(std::span<const TokenId> tokens) override;
   void select(std::span<const std::int32_t> rows) override;
   std::unique_ptr<Stepper> fork() const override;
+  // Continuous batching: admit() takes records from `admission` (a stepper without one admits
+  // none). The stepper may then start with no record and no state (null). Not with attention
+  // recording.
+  void set_admission(Admission admission) { admission_ = std::move(admission); }
+  // A model whose state cannot take rows (DecodeState::can_append) gets new records only once
+  // every row is finished: static batches of max_batch_size rows.
+  std::int32_t admit(std::int32_t rows_per_record, bool keep_rows) override;
+  // The state, logits and records of a stepper no decoder has run yet (a route's start() for
+  // continuous batching, whose stepper then admits them).
+  AdmittedRecords release() &&;
   // The recorded attention behind the current logits (see the constructor); empty without one.
   const Tensor& attention() const { return attention_; }
 
@@ -131,6 +169,7 @@ class ModelStepper final : public Stepper {
   bool forked_ = false;                    // made by fork(): not streamed
   const AttentionRecording* record_ = nullptr;
   Tensor attention_;  // [heads, rows, 1, keys]: record_->probs of the last step
+  Admission admission_;
 };
 
 // JSON for a decoded hypothesis list (shared by lm-generate and seq2seq).

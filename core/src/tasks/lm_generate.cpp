@@ -16,7 +16,8 @@ class LmGenerateTask final : public Task {
         tokenizer_(plugins.tokenizer.get()),
         mask_(*plugins.mask),
         decoder_(*plugins.decoder),
-        token_logprobs_(params_.get_bool("token_logprobs")) {
+        token_logprobs_(params_.get_bool("token_logprobs")),
+        limits_(continuous_limits(pipeline.run_params, decoder_)) {
     if (!mask_.supports_incremental())
       throw ConfigError("lm-generate decodes incrementally, which the mask strategy '" +
                         pipeline.at("mask").entry->key() + "' does not allow (use causal)");
@@ -41,28 +42,21 @@ class LmGenerateTask final : public Task {
     item.cost = item.tokens.size();
   }
 
+  bool batches_continuously() const override { return limits_.enabled; }
+
   std::vector<Result> process(std::span<Item* const> items) const override {
-    std::vector<SequenceSpec> specs(items.size());
-    std::vector<StepperRecord> records(items.size());
-    const std::int32_t max_positions = model_.info().max_positions;
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      specs[i].ids = items[i]->tokens;
-      specs[i].token_types = items[i]->type_ids;
-      specs[i].record_id = items[i]->record.id;
-      records[i].id = items[i]->record.id;
-      records[i].context = items[i]->tokens;
-      if (max_positions > 0)
-        records[i].max_steps = max_positions - static_cast<std::int32_t>(items[i]->tokens.size());
+    std::vector<DecodeResult> decoded;
+    if (limits_.enabled && items.size() > 1) {
+      decoded = decode_continuously(items);
+    } else {
+      AdmittedRecords started = start_records(items);
+      ModelStepper stepper(model_, std::move(started.state), std::move(started.logits),
+                           std::move(started.records), end_tokens());
+      decoded = decoder_.decode(stepper);
     }
-    BuiltBatch built = build_batch(specs, mask_, model_.info().pad, -1);
-    for (std::size_t i = 0; i < items.size(); ++i)
-      built.batch.output_rows.push_back(
-          static_cast<std::int32_t>(i * built.batch.length + items[i]->tokens.size() - 1));
-    Tensor logits;
-    auto state = model_.start(built.batch, &logits);
-    ModelStepper stepper(model_, std::move(state), std::move(logits), std::move(records),
-                         end_tokens());
-    std::vector<DecodeResult> decoded = decoder_.decode(stepper);
+    if (decoded.size() != items.size())
+      throw RuntimeError("the decoder returned " + std::to_string(decoded.size()) +
+                         " results for " + std::to_string(items.size()) + " records");
     std::vector<Result> results;
     for (std::size_t i = 0; i < items.size(); ++i) {
       Result r;
@@ -78,6 +72,50 @@ class LmGenerateTask final : public Task {
   std::vector<std::string> tsv_columns() const override { return {"text", "score"}; }
 
  private:
+  // Prefills `items` (their prompts, right-padded) into a new decoding state.
+  AdmittedRecords start_records(std::span<Item* const> items) const {
+    std::vector<SequenceSpec> specs(items.size());
+    AdmittedRecords out;
+    out.records.resize(items.size());
+    const std::int32_t max_positions = model_.info().max_positions;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      specs[i].ids = items[i]->tokens;
+      specs[i].token_types = items[i]->type_ids;
+      specs[i].record_id = items[i]->record.id;
+      StepperRecord& record = out.records[i];
+      record.id = items[i]->record.id;
+      record.context = items[i]->tokens;
+      if (max_positions > 0)
+        record.max_steps = max_positions - static_cast<std::int32_t>(items[i]->tokens.size());
+    }
+    BuiltBatch built = build_batch(specs, mask_, model_.info().pad, -1);
+    for (std::size_t i = 0; i < items.size(); ++i)
+      built.batch.output_rows.push_back(
+          static_cast<std::int32_t>(i * built.batch.length + items[i]->tokens.size() - 1));
+    out.state = model_.start(built.batch, &out.logits);
+    return out;
+  }
+
+  // The decoder asks for records as rows free up; they come in the group's order, as many as
+  // it has room for and whose padded prompts fit max_batch_tokens (at least one).
+  std::vector<DecodeResult> decode_continuously(std::span<Item* const> items) const {
+    std::size_t next = 0;
+    ModelStepper stepper(model_, nullptr, Tensor(), {}, end_tokens());
+    stepper.set_admission({.max_rows = limits_.max_rows, .next = [&](std::int32_t room) {
+                             const std::size_t count =
+                                 limits_.admissible(items.subspan(next), room);
+                             if (count == 0) return AdmittedRecords{};
+                             const auto batch = items.subspan(next, count);
+                             next += count;
+                             return start_records(batch);
+                           }});
+    std::vector<DecodeResult> decoded = decoder_.decode(stepper);
+    if (next != items.size())
+      throw RuntimeError("the decoder stopped admitting records (" + std::to_string(next) + " of " +
+                         std::to_string(items.size()) + " decoded)");
+    return decoded;
+  }
+
   std::vector<TokenId> end_tokens() const {
     std::vector<TokenId> out;
     if (tokenizer_ && tokenizer_->special_tokens().eos >= 0)
@@ -93,6 +131,7 @@ class LmGenerateTask final : public Task {
   const MaskStrategy& mask_;
   const Decoder& decoder_;
   bool token_logprobs_;
+  ContinuousLimits limits_;
 };
 
 std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {

@@ -30,22 +30,36 @@ struct Row {
   std::int32_t next = -1;            // position chosen for the current step
 };
 
+// Records are the items; with continuous batching (`limits` enabled) they come in as the
+// decoder admits them, at most limits.max_rows rows at a time.
 class PlmStepper final : public Stepper {
  public:
   PlmStepper(const Model& model, const MaskStrategy& visible, std::span<Item* const> items,
-             PlmMethod method, bool confidence, TokenId mask_token)
+             PlmMethod method, bool confidence, TokenId mask_token,
+             const ContinuousLimits& limits = {})
       : model_(model),
         visible_(visible),
         items_(items),
         method_(method),
         confidence_(confidence),
-        mask_token_(mask_token) {
-    for (std::size_t i = 0; i < items.size(); ++i)
-      rows_.push_back({static_cast<std::int32_t>(i), items[i]->tokens, {}, -1});
-    if (method_ == PlmMethod::incremental) prefill();
+        mask_token_(mask_token),
+        limits_(limits) {
+    if (!limits_.enabled) add_rows(items.size(), false);
   }
 
-  std::int32_t num_records() const override { return static_cast<std::int32_t>(items_.size()); }
+  std::int32_t num_records() const override { return static_cast<std::int32_t>(admitted_); }
+
+  std::int32_t admit(std::int32_t rows_per_record, bool keep_rows) override {
+    if (!limits_.enabled) return 0;
+    const auto rows = keep_rows ? static_cast<std::int32_t>(rows_.size()) : 0;
+    const std::int32_t per_record = std::max(1, rows_per_record);
+    const std::int32_t free_rows = limits_.max_rows - rows;
+    if (rows > 0 && free_rows < std::max(per_record, limits_.max_rows / 8)) return 0;
+    const std::size_t count =
+        limits_.admissible(items_.subspan(admitted_), std::max(1, free_rows / per_record));
+    if (count > 0) add_rows(count, rows > 0);
+    return static_cast<std::int32_t>(count);
+  }
   std::int32_t vocab_size() const override { return model_.info().vocab_size; }
   std::uint64_t record_id(std::int32_t r) const override { return items_[r]->record.id; }
   std::span<const TokenId> context(std::int32_t r) const override { return items_[r]->tokens; }
@@ -90,7 +104,10 @@ class PlmStepper final : public Stepper {
     std::vector<Row> picked;
     for (auto r : rows) picked.push_back(rows_[r]);
     rows_ = std::move(picked);
-    if (state_) state_->select(rows);
+    if (rows.empty())
+      state_.reset();  // every row is done: an admission starts a new state
+    else if (state_)
+      state_->select(rows);
   }
 
   // Positions filled (in order) by the path that chose `tokens` for `record`.
@@ -162,19 +179,35 @@ class PlmStepper final : public Stepper {
     }
   }
 
+  // The next `count` items become records, one row each, after the current rows (`keep`) or
+  // in their place.
+  void add_rows(std::size_t count, bool keep) {
+    if (!keep) rows_.clear();
+    for (std::size_t i = admitted_; i < admitted_ + count; ++i)
+      rows_.push_back({static_cast<std::int32_t>(i), items_[i]->tokens, {}, -1});
+    if (method_ == PlmMethod::incremental) {
+      std::unique_ptr<DecodeState> state = prefill(items_.subspan(admitted_, count));
+      if (keep)
+        state_->append(*state);
+      else
+        state_ = std::move(state);
+    }
+    admitted_ += count;
+  }
+
   // Permutation LM with the KV cache: the template's words are context; a query token at the
   // chosen position sees them and everything filled so far.
-  void prefill() {
-    std::vector<SequenceSpec> specs(items_.size());
-    std::vector<std::vector<std::int32_t>> positions(items_.size());
-    for (std::size_t i = 0; i < items_.size(); ++i) {
-      const Template& t = template_of(*items_[i]);
-      for (std::size_t p = 0; p < items_[i]->tokens.size(); ++p) {
+  std::unique_ptr<DecodeState> prefill(std::span<Item* const> items) const {
+    std::vector<SequenceSpec> specs(items.size());
+    std::vector<std::vector<std::int32_t>> positions(items.size());
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const Template& t = template_of(*items[i]);
+      for (std::size_t p = 0; p < items[i]->tokens.size(); ++p) {
         if (std::find(t.slots.begin(), t.slots.end(), static_cast<std::int32_t>(p)) !=
             t.slots.end())
           continue;
-        specs[i].ids.push_back(items_[i]->tokens[p]);
-        specs[i].token_types.push_back(items_[i]->type_ids[p]);
+        specs[i].ids.push_back(items[i]->tokens[p]);
+        specs[i].token_types.push_back(items[i]->type_ids[p]);
         positions[i].push_back(static_cast<std::int32_t>(p));
       }
       if (specs[i].ids.empty())
@@ -182,10 +215,10 @@ class PlmStepper final : public Stepper {
             "the incremental method needs at least one given token besides the [MASK]s");
     }
     BuiltBatch built = build_batch(specs, visible_, model_.info().pad, -1);
-    for (std::size_t i = 0; i < items_.size(); ++i)
+    for (std::size_t i = 0; i < items.size(); ++i)
       for (std::size_t k = 0; k < positions[i].size(); ++k)
         built.batch.positions[i * built.batch.length + k] = positions[i][k];
-    state_ = model_.start(built.batch, nullptr);
+    return model_.start(built.batch, nullptr);
   }
 
   void query(const std::vector<std::int32_t>& positions, Tensor& logits) {
@@ -234,6 +267,8 @@ class PlmStepper final : public Stepper {
   PlmMethod method_;
   bool confidence_;
   TokenId mask_token_;
+  ContinuousLimits limits_;
+  std::size_t admitted_ = 0;  // items that are records so far
   std::vector<Row> rows_;
   std::unique_ptr<DecodeState> state_;
   // record -> tokens chosen so far -> positions filled including the next one
@@ -250,9 +285,12 @@ class PlmGenerateTask final : public Task {
         visible_(plugins.held_mask("bidirectional")),
         decoder_(*plugins.decoder),
         method_(parse_plm_method(params_.get_string("method"))),
-        confidence_(params_.get_string("order_by") == "confidence") {
+        confidence_(params_.get_string("order_by") == "confidence"),
+        limits_(continuous_limits(pipeline.run_params, decoder_)) {
     mask_token_ = require_mask_token(params_, tokenizer_, "plm-generate");
   }
+
+  bool batches_continuously() const override { return limits_.enabled; }
 
   void prepare(Item& item) const override {
     tokenize_item(item, tokenizer_, &model_, true);
@@ -273,8 +311,13 @@ class PlmGenerateTask final : public Task {
   }
 
   std::vector<Result> process(std::span<Item* const> items) const override {
-    PlmStepper stepper(model_, visible_, items, method_, confidence_, mask_token_);
+    ContinuousLimits limits = limits_;
+    limits.enabled = limits.enabled && items.size() > 1;
+    PlmStepper stepper(model_, visible_, items, method_, confidence_, mask_token_, limits);
     std::vector<DecodeResult> decoded = decoder_.decode(stepper);
+    if (decoded.size() != items.size())
+      throw RuntimeError("the decoder returned " + std::to_string(decoded.size()) +
+                         " results for " + std::to_string(items.size()) + " records");
     std::vector<Result> results;
     for (std::size_t i = 0; i < items.size(); ++i) {
       Result r;
@@ -338,6 +381,7 @@ class PlmGenerateTask final : public Task {
   const Decoder& decoder_;
   PlmMethod method_;
   bool confidence_;
+  ContinuousLimits limits_;
   TokenId mask_token_ = -1;
 };
 

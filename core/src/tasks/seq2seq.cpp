@@ -39,8 +39,11 @@ class Seq2SeqTask final : public Task {
         token_logprobs_(params_.get_bool("token_logprobs")),
         prefix_field_(params_.get_string("prefix_field")),
         return_attention_(params_.get_bool("return_attention")),
-        replace_unknowns_(params_.get_bool("replace_unknowns")) {
+        replace_unknowns_(params_.get_bool("replace_unknowns")),
+        limits_(continuous_limits(pipeline.run_params, decoder_)) {
     check_decoder_tokens(pipeline.at("decoder").params, model_.info().vocab_size);
+    // Attention is read by teacher forcing whole batches after decoding: static batches.
+    if (return_attention_ || replace_unknowns_) limits_.enabled = false;
     if (return_attention_ || replace_unknowns_) check_attention_options();
     const std::string& vmap = params_.get_string("vmap");
     if (!vmap.empty()) {
@@ -98,17 +101,42 @@ class Seq2SeqTask final : public Task {
   }
 
   std::vector<std::string> tsv_columns() const override { return {"text", "score"}; }
+  bool batches_continuously() const override { return limits_.enabled; }
 
  private:
-  std::vector<DecodeResult> decode(const std::vector<Item*>& items) const {
+  std::vector<StepperRecord> stepper_records(std::span<Item* const> items) const {
     std::vector<StepperRecord> records(items.size());
     for (std::size_t i = 0; i < items.size(); ++i) {
       records[i].id = items[i]->record.id;
       records[i].prefix = static_cast<Seq2SeqInput*>(items[i]->data.get())->prefix;
       if (vmap_) records[i].allowed = vmap_->allowed(source_pieces(*items[i]), records[i].prefix);
     }
-    std::unique_ptr<Stepper> stepper = route_->start(items, std::move(records));
+    return records;
+  }
+
+  std::vector<DecodeResult> decode(const std::vector<Item*>& items) const {
+    if (limits_.enabled && items.size() > 1) return decode_continuously(items);
+    std::unique_ptr<Stepper> stepper = route_->start(items, stepper_records(items));
     return decoder_.decode(*stepper);
+  }
+
+  // The decoder asks for records as rows free up (tasks/common.hpp ContinuousLimits).
+  std::vector<DecodeResult> decode_continuously(std::span<Item* const> items) const {
+    std::size_t next = 0;
+    std::unique_ptr<ModelStepper> stepper = route_->start_empty();
+    stepper->set_admission(
+        {.max_rows = limits_.max_rows, .next = [&](std::int32_t room) {
+           const std::size_t count = limits_.admissible(items.subspan(next), room);
+           if (count == 0) return AdmittedRecords{};
+           const auto batch = items.subspan(next, count);
+           next += count;
+           return std::move(*route_->start(batch, stepper_records(batch))).release();
+         }});
+    std::vector<DecodeResult> decoded = decoder_.decode(*stepper);
+    if (next != items.size())
+      throw RuntimeError("the decoder stopped admitting records (" + std::to_string(next) + " of " +
+                         std::to_string(items.size()) + " decoded)");
+    return decoded;
   }
 
   // return_attention and replace_unknowns need a model that records attention, an existing
@@ -242,6 +270,7 @@ class Seq2SeqTask final : public Task {
   bool token_logprobs_;
   std::string prefix_field_;
   bool return_attention_, replace_unknowns_;
+  ContinuousLimits limits_;
   AttentionRecording recording_;  // the alignment layer and heads, when attention is needed
   TokenId unk_ = -1;
   std::unique_ptr<VocabularyMap> vmap_;

@@ -84,6 +84,11 @@ class UnilmRoute final : public Seq2SeqRoute {
                                           std::move(first));
   }
 
+  std::unique_ptr<ModelStepper> start_empty() const override {
+    return std::make_unique<ModelStepper>(model_, nullptr, Tensor(), std::vector<StepperRecord>{},
+                                          end_tokens(), -1, 1);
+  }
+
   std::vector<TokenId> end_tokens() const override {
     const TokenId sep = tokenizer_->special_tokens().sep;
     return sep >= 0 ? std::vector<TokenId>{sep} : std::vector<TokenId>{};
@@ -126,6 +131,11 @@ class EncoderDecoderRoute final : public Seq2SeqRoute {
     auto state = model_.start(built.batch, nullptr);
     return std::make_unique<ModelStepper>(model_, std::move(state), Tensor(), std::move(records),
                                           end_tokens(), start, -1, record);
+  }
+
+  std::unique_ptr<ModelStepper> start_empty() const override {
+    return std::make_unique<ModelStepper>(model_, nullptr, Tensor(), std::vector<StepperRecord>{},
+                                          end_tokens());
   }
 
   std::vector<TokenId> end_tokens() const override {

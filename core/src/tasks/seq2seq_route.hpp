@@ -31,6 +31,9 @@ class Seq2SeqRoute {
   virtual std::unique_ptr<ModelStepper> start(std::span<Item* const> items,
                                               std::vector<StepperRecord> records,
                                               const AttentionRecording* record = nullptr) const = 0;
+  // A stepper with no record yet, set up as start()'s (continuous batching: it admits records
+  // that start() began).
+  virtual std::unique_ptr<ModelStepper> start_empty() const = 0;
   // Where a target token's attention to the source is: cross-attention over the encoder's
   // source (encoder-decoder), or self-attention whose first columns are the source segment
   // (UniLM). Either way, columns [0, item.tokens.size()) of a row are its source tokens.

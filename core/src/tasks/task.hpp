@@ -62,6 +62,9 @@ class Task {
   virtual void merge_summary_state(const nlohmann::ordered_json& /*state*/) {}
   // Human-readable summary line(s) for stderr, or "".
   virtual std::string summary_text() const { return ""; }
+  // Continuous batching (run.batching): process() takes a whole group of records and keeps at
+  // most max_batch_size of them decoding at a time (run/settings.hpp).
+  virtual bool batches_continuously() const { return false; }
   // Fields of the JSON object that --format tsv writes after the id.
   virtual std::vector<std::string> tsv_columns() const { return {"text"}; }
 };

@@ -23,6 +23,12 @@ class State final : public DecodeState {
   std::unique_ptr<DecodeState> fork() const override {
     return std::make_unique<State>(cache.fork());
   }
+  bool can_append() const override { return true; }
+  void append(DecodeState& other) override {
+    auto* joining = dynamic_cast<State*>(&other);
+    if (!joining) throw RuntimeError("DecodeState::append: a state of another model");
+    cache.append_rows(std::move(joining->cache));
+  }
 
   KvCache cache;
   Workspace workspace;

@@ -41,6 +41,7 @@ class BeamDecoder final : public masque::Decoder {
           return masque::beam::beam_search(s, o, one);
         });
   }
+  bool admits_records() const override { return !options_.return_alternatives; }
 
  private:
   masque::DecodingOptions options_;

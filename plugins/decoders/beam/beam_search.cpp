@@ -48,6 +48,7 @@ struct ActiveRecord {
   std::int32_t first_row = 0;
   std::int32_t num_beams = 1;
   bool top_finished = false;  // candidate 0 finished at some step
+  std::int32_t step = 0;      // the record's decoding step (admitted records start at 0)
   std::vector<Hypothesis> finished;
 };
 
@@ -82,7 +83,13 @@ class BeamSearch {
 
   std::vector<DecodeResult> run() {
     start();
-    for (std::int32_t step = 0; !active_.empty(); ++step) decode_step(step);
+    for (;;) {
+      const std::int32_t admitted = admit();
+      if (!active_.empty())
+        decode_step();
+      else if (admitted == 0)
+        break;
+    }
     return std::move(results_);
   }
 
@@ -92,23 +99,45 @@ class BeamSearch {
   // is what CTranslate2 does.
   void start() {
     results_.resize(plans_.size());
-    const std::int32_t beams = 2 * beam_size_ > vocab_ ? beam_size_ : 1;
     std::vector<std::int32_t> rows;
-    for (std::int32_t r = 0; r < static_cast<std::int32_t>(plans_.size()); ++r) {
-      if (plans_[r].limit == 0) {
-        results_[r].hypotheses.emplace_back();  // nothing to decode: empty, score 0
-        continue;
-      }
-      ActiveRecord& a = active_.emplace_back();
-      a.record = r;
-      a.first_row = static_cast<std::int32_t>(rows.size());
-      a.num_beams = beams;
-      for (std::int32_t b = 0; b < beams; ++b) {
-        rows.push_back(r);
-        new_beam(beams_, beam_count_).score = b == 0 ? 0.0 : kUnreachable;
-      }
-    }
+    for (std::int32_t r = 0; r < static_cast<std::int32_t>(plans_.size()); ++r)
+      add_record(r, r, rows);
     if (!rows.empty() && !decoding::is_identity(rows, plans_.size())) stepper_.select(rows);
+  }
+
+  // Record `r`, whose prompt is stepper row `row`, gets its first beams (rows of `rows`).
+  void add_record(std::int32_t r, std::int32_t row, std::vector<std::int32_t>& rows) {
+    if (plans_[r].limit == 0) {
+      results_[r].hypotheses.emplace_back();  // nothing to decode: empty, score 0
+      return;
+    }
+    const std::int32_t beams = 2 * beam_size_ > vocab_ ? beam_size_ : 1;
+    ActiveRecord& a = active_.emplace_back();
+    a.record = r;
+    a.first_row = static_cast<std::int32_t>(rows.size());
+    a.num_beams = beams;
+    for (std::int32_t b = 0; b < beams; ++b) {
+      rows.push_back(row);
+      new_beam(beams_, beam_count_).score = b == 0 ? 0.0 : kUnreachable;
+    }
+  }
+
+  // Continuous batching: records the stepper takes in join after the live beams, or replace
+  // the finished rows when no record is active (a record counts beam_size rows).
+  std::int32_t admit() {
+    const std::int32_t first = stepper_.num_records();
+    const std::int32_t count = stepper_.admit(beam_size_, !active_.empty());
+    if (count <= 0) return 0;
+    std::vector<std::int32_t> rows(beam_count_);
+    for (std::size_t i = 0; i < beam_count_; ++i) rows[i] = static_cast<std::int32_t>(i);
+    results_.resize(static_cast<std::size_t>(first + count));
+    for (std::int32_t r = first; r < first + count; ++r) {
+      plans_.push_back(decoding::plan_record(stepper_, options_, r));
+      add_record(r, static_cast<std::int32_t>(beam_count_) + (r - first), rows);
+    }
+    if (!decoding::is_identity(rows, beam_count_ + static_cast<std::size_t>(count)))
+      stepper_.select(rows);
+    return count;
   }
 
   // A cleared beam at the end of `pool`, reusing a previous beam's buffers when there is one.
@@ -126,7 +155,7 @@ class BeamSearch {
     return b;
   }
 
-  void decode_step(std::int32_t step) {
+  void decode_step() {
     stepper_.logits(logits_);
     check_logits(logits_, beam_count_, vocab_);
     next_count_ = 0;
@@ -135,7 +164,7 @@ class BeamSearch {
     std::size_t kept = 0;
     for (ActiveRecord& a : active_) {
       const auto first_new_row = static_cast<std::int32_t>(next_count_);
-      if (step_record(a, step)) {
+      if (step_record(a, a.step++)) {
         results_[a.record].hypotheses = std::move(a.finished);
         continue;
       }

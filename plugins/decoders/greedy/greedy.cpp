@@ -42,6 +42,7 @@ class GreedyDecoder final : public masque::Decoder {
                                                    greedy_search);
     return greedy_search(stepper, options_);
   }
+  bool admits_records() const override { return !options_.return_alternatives; }
 
  private:
   masque::DecodingOptions options_;

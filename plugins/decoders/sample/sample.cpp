@@ -15,25 +15,34 @@ namespace {
 
 using masque::sample::SplitMix64;
 
-// One stream per sequence (record, hypothesis), made for one decode() call.
+// One stream per sequence (record, hypothesis), made for one decode() call; records that
+// continuous batching admits later get theirs when they first sample.
 class SamplingChooser final : public masque::decoding::TokenChooser {
  public:
   SamplingChooser(const masque::sample::SamplingOptions& options, std::uint64_t seed,
                   const masque::Stepper& stepper, std::int32_t per_record)
-      : sampler_(options) {
-    streams_.reserve(static_cast<std::size_t>(stepper.num_records()) * per_record);
-    for (std::int32_t r = 0; r < stepper.num_records(); ++r)
-      for (std::int32_t h = 0; h < per_record; ++h)
-        streams_.push_back(
-            masque::sample::make_stream(seed, stepper.record_id(r), static_cast<std::uint64_t>(h)));
+      : sampler_(options), seed_(seed), stepper_(stepper), per_record_(per_record) {
+    add_streams(stepper.num_records());
   }
 
   masque::TokenId choose(std::span<const float> logits, std::int32_t sequence) override {
+    if (static_cast<std::size_t>(sequence) >= streams_.size()) add_streams(stepper_.num_records());
     return sampler_.sample(logits, streams_[static_cast<std::size_t>(sequence)]);
   }
 
  private:
+  void add_streams(std::int32_t records) {
+    streams_.reserve(static_cast<std::size_t>(records) * per_record_);
+    for (auto r = static_cast<std::int32_t>(streams_.size()) / per_record_; r < records; ++r)
+      for (std::int32_t h = 0; h < per_record_; ++h)
+        streams_.push_back(masque::sample::make_stream(seed_, stepper_.record_id(r),
+                                                       static_cast<std::uint64_t>(h)));
+  }
+
   masque::sample::Sampler sampler_;
+  std::uint64_t seed_;
+  const masque::Stepper& stepper_;
+  std::int32_t per_record_;
   std::vector<SplitMix64> streams_;
 };
 
@@ -63,6 +72,7 @@ class SampleDecoder final : public masque::Decoder {
           [this](masque::Stepper& s, const masque::DecodingOptions& o) { return sample(s, o, 1); });
     return sample(stepper, options_, num_hypotheses_);
   }
+  bool admits_records() const override { return !options_.return_alternatives; }
 
  private:
   std::vector<masque::DecodeResult> sample(masque::Stepper& stepper,
