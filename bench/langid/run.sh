@@ -12,7 +12,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${BUILD:-$root/build}" && pwd)
 data=${DATA:-$root/data/langid}
 masque=$build/bin/masque
-cld2=$build/bench/langid/masque-bench-cld2
+cld2=$build/bin/masque-bench-cld2
 [ -x "$masque" ] || { echo "run.sh: $masque not found (scripts/setup.sh)" >&2; exit 2; }
 [ -x "$cld2" ] || { echo "run.sh: $cld2 not found (libcld2-dev, then rebuild)" >&2; exit 2; }
 
