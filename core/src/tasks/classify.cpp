@@ -282,6 +282,7 @@ const TaskRegistration registration({
                     pair_field_param()},
          .required_sections = {"model"},
          .optional_sections = {"tokenizer", "mask"},
+         .default_plugins = {},
          .model_kinds = {ModelKind::decoder_only, ModelKind::encoder_only},
          .held_masks = {"bidirectional", "causal"}},
     .create = create,
