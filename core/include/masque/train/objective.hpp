@@ -72,7 +72,7 @@ struct ObjectiveOptions {
   std::uint64_t seed = 0;              // mlm corruption
   std::int32_t max_tokens = 0;         // longer records are skipped (0: the model's positions)
   std::string label_field = "label";   // classify: the record's label (a name or an index)
-  std::vector<std::string> labels;     // classify: the label names in logit order
+  std::vector<std::string> labels{};   // classify: the label names in logit order
 };
 
 // The mask strategies an objective lays batches out under (plugins, as everywhere in masque):
