@@ -16,6 +16,7 @@ packages=(
   python3 python3-numpy python3-torch
   openmpi-bin libopenmpi-dev  # optional at build time: mpirun masque run (docs/scale-out.md)
   pocketsphinx-en-us  # the CMU Pronouncing Dictionary for the G2P experiment (docs/g2p.md)
+  libcld2-dev  # CLD2, the language-identification peer of bench/langid (docs/langid.md)
   lintian man-db bash-completion  # checking the Debian package (scripts/package.sh)
 )
 

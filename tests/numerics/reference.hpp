@@ -51,6 +51,8 @@ inline double activation_reference(Activation a, double x) {
       return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
     case Activation::silu:
       return x / (1.0 + std::exp(-x));
+    case Activation::tanh:
+      return std::tanh(x);
   }
   return x;
 }

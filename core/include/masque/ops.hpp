@@ -23,6 +23,7 @@ enum class Activation : std::uint8_t {
   gelu,       // exact: 0.5 x (1 + erf(x / sqrt 2))  (HF "gelu", BERT)
   gelu_tanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  (HF "gelu_new", GPT-2)
   silu,       // x * sigmoid(x)  (HF "silu" / "swish", Llama)
+  tanh,       // BERT's pooler (sequence classification)
 };
 
 // Maps a Hugging Face `hidden_act` / `activation_function` name to an Activation: gelu,

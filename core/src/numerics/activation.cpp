@@ -1,4 +1,5 @@
 // Activation functions and gated units.
+#include <cmath>
 #include <string>
 
 #include "masque/error.hpp"
@@ -16,9 +17,11 @@ Activation parse_activation(std::string_view name) {
     return Activation::gelu_tanh;
   if (name == "relu") return Activation::relu;
   if (name == "silu" || name == "swish") return Activation::silu;
+  if (name == "tanh") return Activation::tanh;
   if (name == "none" || name == "linear" || name == "identity") return Activation::none;
-  throw ConfigError("unknown activation '" + std::string(name) +
-                    "' (known: gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu, silu, swish)");
+  throw ConfigError(
+      "unknown activation '" + std::string(name) +
+      "' (known: gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu, silu, swish, tanh)");
 }
 
 const char* to_string(Activation activation) {
@@ -33,6 +36,8 @@ const char* to_string(Activation activation) {
       return "gelu_tanh";
     case Activation::silu:
       return "silu";
+    case Activation::tanh:
+      return "tanh";
   }
   return "?";
 }
@@ -50,6 +55,9 @@ MASQUE_VECTORIZE void gelu_tanh_loop(float* x, std::int64_t n) {
 }
 MASQUE_VECTORIZE void silu_loop(float* x, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) x[i] = silu_scalar(x[i]);
+}
+void tanh_loop(float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i]);
 }
 MASQUE_VECTORIZE void swiglu_loop(const float* __restrict gate, const float* __restrict up,
                                   float* __restrict out, std::int64_t n) {
@@ -88,6 +96,8 @@ void activate(Activation activation, Tensor& x) {
       return gelu_tanh(x);
     case Activation::silu:
       return silu(x);
+    case Activation::tanh:
+      return tanh_loop(data_of(x, "tanh"), x.numel());
   }
 }
 

@@ -82,6 +82,8 @@ dnnl::algorithm eltwise_of(Activation a) {
       return dnnl::algorithm::eltwise_gelu_tanh;
     case Activation::silu:
       return dnnl::algorithm::eltwise_swish;
+    case Activation::tanh:
+      return dnnl::algorithm::eltwise_tanh;
     case Activation::none:
       break;
   }

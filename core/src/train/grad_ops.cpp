@@ -140,6 +140,10 @@ inline float activation_slope(Activation a, float x) {
       const float s = sigmoid(x);
       return s * (1.0f + x * (1.0f - s));
     }
+    case Activation::tanh: {  // 1 - tanh^2 x = sech^2 x, from e = exp(-2|x|) as above
+      const float e = fast_exp(-2.0f * std::fabs(x));
+      return 4.0f * e / ((1.0f + e) * (1.0f + e));
+    }
     case Activation::none:
       break;
   }
@@ -289,6 +293,8 @@ void activation_backward(Activation activation, const Tensor& x, const Tensor& d
         return slope_times<Activation::gelu_tanh>(px + b, pdy + b, e - b, pdx + b);
       case Activation::silu:
         return slope_times<Activation::silu>(px + b, pdy + b, e - b, pdx + b);
+      case Activation::tanh:
+        return slope_times<Activation::tanh>(px + b, pdy + b, e - b, pdx + b);
       case Activation::none:
         return;
     }

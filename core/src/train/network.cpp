@@ -875,8 +875,11 @@ class THead {
       transform_.forward(t.picked, t.transformed_pre);
       copy(t.transformed_pre, t.transformed_act);
       activate(activation_, t.transformed_act);
-      transform_norm_.forward(t.transformed_act, t.transformed);
-      x = &t.transformed;
+      x = &t.transformed_act;  // BERT's pooler (sequence classification) has no norm
+      if (transform_norm_.present()) {
+        transform_norm_.forward(t.transformed_act, t.transformed);
+        x = &t.transformed;
+      }
     }
     output_.forward(*x, logits);
     if (logit_scale_ != 1.0f) scale(logits, logit_scale_);
@@ -891,8 +894,12 @@ class THead {
       dy = &t.scaled;
     }
     if (has_transform_) {
-      output_.backward(t.transformed, *dy, &t.dt);
-      transform_norm_.backward(t.transformed_act, t.dt, t.dact);
+      if (transform_norm_.present()) {
+        output_.backward(t.transformed, *dy, &t.dt);
+        transform_norm_.backward(t.transformed_act, t.dt, t.dact);
+      } else {
+        output_.backward(t.transformed_act, *dy, &t.dact);
+      }
       activation_backward(activation_, t.transformed_pre, t.dact, t.dact);  // in place
       transform_.backward(t.picked, t.dact, &t.dx);
     } else {

@@ -15,7 +15,9 @@ ObjectiveKind parse_objective(const std::string& name) {
   if (name == "mlm") return ObjectiveKind::mlm;
   if (name == "seq2seq") return ObjectiveKind::seq2seq;
   if (name == "plm") return ObjectiveKind::plm;
-  throw ConfigError("objective: expected causal-lm, mlm, seq2seq or plm, got '" + name + "'");
+  if (name == "classify") return ObjectiveKind::classify;
+  throw ConfigError("objective: expected causal-lm, mlm, seq2seq, plm or classify, got '" + name +
+                    "'");
 }
 
 const char* to_string(ObjectiveKind kind) {
@@ -28,6 +30,8 @@ const char* to_string(ObjectiveKind kind) {
       return "seq2seq";
     case ObjectiveKind::plm:
       return "plm";
+    case ObjectiveKind::classify:
+      return "classify";
   }
   return "?";
 }
@@ -43,6 +47,28 @@ std::size_t predicted_count(const ObjectiveOptions& o, std::size_t n) {
   if (o.plm_predict > 0) return std::min<std::size_t>(n, static_cast<std::size_t>(o.plm_predict));
   const auto k = static_cast<std::size_t>(std::lround(o.plm_fraction * static_cast<double>(n)));
   return std::clamp<std::size_t>(k, 1, n);
+}
+
+// classify: the record's label as an index of options.labels (a name, or an index given as a
+// number). RecordError when missing or unknown.
+std::int32_t label_index(const Record& record, const ObjectiveOptions& o) {
+  const auto it = record.fields.find(o.label_field);
+  if (it == record.fields.end()) throw RecordError("no '" + o.label_field + "' field (the label)");
+  if (it->is_number_integer()) {
+    const std::int64_t i = it->get<std::int64_t>();
+    if (i < 0 || i >= static_cast<std::int64_t>(o.labels.size()))
+      throw RecordError("label " + std::to_string(i) + " is outside the model's " +
+                        std::to_string(o.labels.size()) + " labels");
+    return static_cast<std::int32_t>(i);
+  }
+  if (!it->is_string())
+    throw RecordError("field '" + o.label_field + "' must be a label name or index");
+  const auto& name = it->get_ref<const std::string&>();
+  const auto found = std::find(o.labels.begin(), o.labels.end(), name);
+  if (found == o.labels.end())
+    throw RecordError("unknown label '" + name + "' (config.json's id2label has " +
+                      std::to_string(o.labels.size()) + " labels)");
+  return static_cast<std::int32_t>(found - o.labels.begin());
 }
 
 // What a strategy needs to know of a sequence with no segments and no order of its own.
@@ -95,6 +121,13 @@ Objective::Objective(ObjectiveOptions options, const Tokenizer& source, const To
   if (options_.kind == ObjectiveKind::mlm &&
       !(options_.mlm_probability > 0 && options_.mlm_probability <= 1))
     throw ConfigError("objective mlm: mlm_probability must be in (0, 1]");
+  if (options_.kind == ObjectiveKind::classify &&
+      options_.labels.size() != static_cast<std::size_t>(model_.vocab_size))
+    throw ConfigError("objective classify: the model's head has " +
+                      std::to_string(model_.vocab_size) + " outputs for " +
+                      std::to_string(options_.labels.size()) +
+                      " labels (config.json's id2label); the folder's config.json must name a "
+                      "*ForSequenceClassification architecture and its labels");
   if (options_.kind == ObjectiveKind::plm && options_.plm_predict <= 0 &&
       !(options_.plm_fraction > 0 && options_.plm_fraction <= 1))
     throw ConfigError("objective plm: plm_fraction must be in (0, 1] (or set plm_predict)");
@@ -133,6 +166,11 @@ Example Objective::prepare(const Record& record) const {
     case ObjectiveKind::causal_lm:
     case ObjectiveKind::mlm:
       return prepare_text(record);
+    case ObjectiveKind::classify: {
+      Example e = prepare_text(record);
+      e.label = label_index(record, options_);
+      return e;
+    }
     case ObjectiveKind::seq2seq:
       break;
   }
@@ -282,6 +320,11 @@ TrainingBatch Objective::lay_out(std::span<const Example* const> examples,
       }
       case ObjectiveKind::mlm:
         break;  // corrupt() chooses
+      case ObjectiveKind::classify:
+        // The row Hugging Face's head reads: [CLS] (encoder-only) or the last token.
+        out.rows.push_back(base + (model_.kind == ModelKind::encoder_only ? 0 : n - 1));
+        out.labels.push_back(e.label);
+        break;
     }
   }
   if (options_.kind == ObjectiveKind::mlm) corrupt(out.inputs, examples, epoch, out);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -19,6 +20,7 @@
 #include "masque/train/checkpoint.hpp"
 #include "masque/train/metrics.hpp"
 #include "masque/transformer/model.hpp"
+#include "tasks/labels.hpp"
 #include "tasks/task.hpp"
 #include "train/settings.hpp"
 
@@ -61,6 +63,28 @@ class StopSignals {
 bool has_weights(const fs::path& folder) {
   return fs::is_regular_file(folder / "model.safetensors") ||
          fs::is_regular_file(folder / "model.safetensors.index.json");
+}
+
+// The checkpoint's parameters, and the output head's tensors it lacks initialised as the model
+// family initialises a new head (normal(0, initializer_range) weights, zero biases; seeded): a
+// sequence-classification head over a pretrained body. Any other missing tensor is an error.
+ParameterSet with_new_head(const transformer::TransformerSpec& spec, const SafeTensors& checkpoint,
+                           std::uint64_t seed, bool quiet) {
+  ParameterSet params = ParameterSet::initialised(spec, spec.initializer_range, seed);
+  const transformer::HeadSpec& h = spec.head;
+  const std::set<std::string> head = {h.transform.weight.name, h.transform.bias.name,
+                                      h.output.weight.name, h.output.bias.name};
+  for (auto& e : params.entries()) {
+    if (!checkpoint.contains(e.name) && head.count(e.name)) {
+      if (!quiet)
+        std::fprintf(stderr, "masque train: %s is new: initialised as the model family does\n",
+                     e.name.c_str());
+      continue;
+    }
+    const Tensor stored = checkpoint.get_f32(e.name, e.value.shape());
+    std::memcpy(e.value.raw(), stored.raw(), e.value.bytes());
+  }
+  return params;
 }
 
 // Tokenizer files a model folder may carry, copied when a tokenizer names their folder.
@@ -136,7 +160,8 @@ class Session {
   // Whether any rank was signalled or ran out of time (every rank stops at the same step).
   bool should_stop(bool out_of_time, int& signal) const;
   void load_model();
-  DropoutRates dropout_rates() const;  // config.json's, or task.dropout's
+  nlohmann::json model_config() const;  // the model folder's config.json
+  DropoutRates dropout_rates() const;   // config.json's, or task.dropout's
   std::vector<Example> load(const fs::path& file, const char* what) const;
   std::int64_t total_steps(const std::vector<Example>& examples) const;
   void restore();
@@ -195,8 +220,14 @@ void Session::load_model() {
     from_scratch_ =
         settings_.init == InitMode::scratch || (settings_.init == InitMode::automatic && !weights);
   }
-  model.params.set("init_seed",
-                   from_scratch_ ? static_cast<std::int64_t>(settings_.objective.seed) : -1);
+  // classify fine-tunes folders whose label head may be new (an LM's weights under a
+  // *ForSequenceClassification config): the plugin gives the spec only, the weights are read
+  // below.
+  const bool new_head = !from_scratch_ && options_.resume.empty() &&
+                        settings_.objective.kind == ObjectiveKind::classify;
+  model.params.set("init_seed", from_scratch_ || new_head
+                                    ? static_cast<std::int64_t>(settings_.objective.seed)
+                                    : -1);
   plugins_ = create_plugins(pipeline_, registry_);
   info_ = plugins_.model->info();
   const NetworkOptions network_options{.matmul_dtype = settings_.matmul_dtype,
@@ -206,6 +237,9 @@ void Session::load_model() {
     architecture_ = spec.architecture;
     if (from_scratch_)
       params_ = ParameterSet::initialised(spec, spec.initializer_range, settings_.objective.seed);
+    else if (new_head)
+      params_ = with_new_head(spec, transformer::open_checkpoint(model_dir_),
+                              settings_.objective.seed, options_.quiet || !leader());
     else
       params_ = ParameterSet::from_checkpoint(spec, transformer::open_checkpoint(model_dir_));
     network_ = std::make_unique<TrainableTransformer>(spec, params_, network_options);
@@ -223,20 +257,26 @@ void Session::load_model() {
     std::unique_ptr<Plugin> p = registry_.create(entry, default_params(*entry.descriptor));
     source_mask_.reset(static_cast<MaskStrategy*>(p.release()));
   }
+  if (settings_.objective.kind == ObjectiveKind::classify)
+    settings_.objective.labels = config_labels(model_config());
   objective_ = std::make_unique<Objective>(
       settings_.objective, *plugins_.tokenizer, plugins_.target_tokenizer.get(),
       ObjectiveMasks{.inputs = plugins_.mask.get(), .source = source_mask_.get()}, info_);
 }
 
-DropoutRates Session::dropout_rates() const {
+nlohmann::json Session::model_config() const {
   const fs::path file = model_dir_ / "config.json";
   std::ifstream in(file);
-  nlohmann::json config;
   try {
-    config = nlohmann::json::parse(in);
+    return nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(file.string() + ": " + e.what());
   }
+}
+
+DropoutRates Session::dropout_rates() const {
+  const fs::path file = model_dir_ / "config.json";
+  const nlohmann::json config = model_config();
   try {
     return dropout_rates_of(config, settings_.dropout);
   } catch (const ConfigError& e) {

@@ -16,8 +16,10 @@ std::vector<ParamSpec> params() {
        .type = ParamType::string,
        .help = "what the network learns, tied to the mask: causal-lm (causal), mlm "
                "(bidirectional), seq2seq (seq2seq = UniLM, or causal, on one model; teacher "
-               "forcing on an encoder-decoder), plm (permutation with stream: query)",
-       .choices = "causal-lm|mlm|seq2seq|plm",
+               "forcing on an encoder-decoder), plm (permutation with stream: query), classify "
+               "(bidirectional or causal: a *ForSequenceClassification folder's label head on "
+               "[CLS] / the last token, labels from label_field)",
+       .choices = "causal-lm|mlm|seq2seq|plm|classify",
        .flags = kParamRequired},
       {.name = "train_file",
        .type = ParamType::path,
@@ -58,6 +60,11 @@ std::vector<ParamSpec> params() {
        .default_value = "order",
        .help = "plm: a record's factorization order (a JSON list of positions); records "
                "without one use the mask's order"},
+      {.name = "label_field",
+       .type = ParamType::string,
+       .default_value = "label",
+       .help = "classify: the column / field holding each record's label (a name of config.json's "
+               "id2label, or its index)"},
       {.name = "max_length",
        .type = ParamType::integer,
        .default_value = "0",
@@ -297,6 +304,7 @@ TrainSettings train_settings(const Params& p) {
   o.source_field = p.get_string("source_field");
   o.target_field = p.get_string("target_field");
   o.order_field = p.get_string("order_field");
+  o.label_field = p.get_string("label_field");
   o.mlm_probability = p.get_number("mlm_probability");
   o.plm_predict = static_cast<std::int32_t>(p.get_int("plm_predict"));
   o.plm_fraction = p.get_number("plm_fraction");

@@ -122,7 +122,8 @@ TransformerModel::TransformerModel(TransformerSpec spec, const SafeTensors& chec
 
   info_.architecture = spec_.architecture;
   info_.kind = spec_.kind;
-  info_.vocab_size = spec_.vocab_size;
+  // The logits' width: the vocabulary, or the labels of a sequence-classification head.
+  info_.vocab_size = head_.empty() ? spec_.vocab_size : static_cast<std::int32_t>(head_.vocab());
   info_.source_vocab_size = spec_.encoder_decoder() ? spec_.source_vocab_size : spec_.vocab_size;
   info_.hidden_size = spec_.decoder.hidden;
   info_.num_layers = static_cast<std::int32_t>(spec_.decoder.blocks.size());

@@ -76,7 +76,7 @@ void Head::forward(const Tensor& hidden, Workspace& ws, Tensor& logits) const {
   const Tensor* x = &hidden;
   if (!transform_.empty()) {
     transform_.forward(hidden, ws.transformed);
-    transform_norm_.forward(ws.transformed, ws.transformed);
+    if (!transform_norm_.empty()) transform_norm_.forward(ws.transformed, ws.transformed);
     x = &ws.transformed;
   }
   output_.forward(*x, logits);

@@ -1,5 +1,6 @@
 // Model plugin `bert`: Hugging Face BertForMaskedLM (or BertModel) checkpoints under any mask
-// strategy: bidirectional MLM, causal LM, UniLM seq2seq, permutation LM with query tokens.
+// strategy: bidirectional MLM, causal LM, UniLM seq2seq, permutation LM with query tokens; and
+// BertForSequenceClassification folders, whose logits are the labels' (pooler + classifier).
 //
 // BERT itself is bidirectional; the layout decides the task (../shared/DESIGN.md). The model
 // applies the layout as given: a full forward for any layout (rank-based or dense, with query
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "hf_plugin.hpp"
+#include "sequence_classification.hpp"
 
 namespace masque::bert {
 
@@ -100,7 +102,9 @@ TransformerSpec read_spec(const JsonConfig& config, const SafeTensors& st, bool 
              .out = linear(q + "output.dense", h, inner, true)};
     b.mlp_norm = norm(NormKind::layer_norm, q + "output.LayerNorm", h, eps);
   }
-  if (with_head)
+  if (with_head && models::is_sequence_classifier(config))
+    s.head = models::pooler_classifier_head(config, p, h);
+  else if (with_head)
     s.head = mlm_head(config, st, e.tokens, act, eps);
   else
     s.head.absent_reason = "mlm_head: false";
@@ -130,7 +134,8 @@ const masque::ParamSpec kParams[] = {
     {.name = "mlm_head",
      .type = masque::ParamType::boolean,
      .default_value = "true",
-     .help = "load the masked-LM head (cls.predictions) and compute logits; false loads the "
+     .help = "load the output head and compute logits: the masked-LM head (cls.predictions), "
+             "or pooler + classifier for a BertForSequenceClassification folder; false loads the "
              "encoder only (e.g. a BertModel checkpoint) for hidden states"},
     masque::models::kMatmulDtypeParam,
     masque::models::kInitSeedParam,

@@ -11,6 +11,7 @@
 
 #include "hf_config.hpp"
 #include "hf_plugin.hpp"
+#include "sequence_classification.hpp"
 
 namespace masque::models {
 
@@ -103,8 +104,11 @@ inline transformer::TransformerSpec llama_family_spec(const JsonConfig& config,
              .out = linear(p + "mlp.down_proj", c, inner, family.mlp_bias)};
   }
   s.decoder.final_norm = norm(NormKind::rms_norm, prefix + "norm", c, eps);
-  s.head.output = lm_head(config, weights, s.decoder.embeddings.tokens,
-                          config.get_bool("tie_word_embeddings", false));
+  if (is_sequence_classifier(config))
+    s.head = score_head(config, c);  // LlamaForSequenceClassification, Qwen2's
+  else
+    s.head.output = lm_head(config, weights, s.decoder.embeddings.tokens,
+                            config.get_bool("tie_word_embeddings", false));
   return s;
 }
 

@@ -1,10 +1,12 @@
 // Model plugin `gpt2`: Hugging Face GPT-2 folders (GPT2LMHeadModel / GPT2Model checkpoints):
 // learned positions, pre-LayerNorm blocks with a fused q/k/v projection (Conv1D, [in, out]),
-// a GELU MLP and a (usually tied) head. A config reader over the Transformer tier.
+// a GELU MLP and a (usually tied) head, or GPT2ForSequenceClassification's `score` label head. A
+// config reader over the Transformer tier.
 #include <cmath>
 #include <string>
 
 #include "hf_plugin.hpp"
+#include "sequence_classification.hpp"
 
 namespace masque::gpt2 {
 
@@ -60,8 +62,11 @@ TransformerSpec read_spec(const JsonConfig& config, const SafeTensors& weights) 
              .out = conv1d(p + "mlp.c_proj", inner, c)};
   }
   s.decoder.final_norm = norm(NormKind::layer_norm, prefix + "ln_f", c, eps);
-  s.head.output = models::lm_head(config, weights, s.decoder.embeddings.tokens,
-                                  config.get_bool("tie_word_embeddings", true));
+  if (models::is_sequence_classifier(config))
+    s.head = models::score_head(config, c);  // GPT2ForSequenceClassification
+  else
+    s.head.output = models::lm_head(config, weights, s.decoder.embeddings.tokens,
+                                    config.get_bool("tie_word_embeddings", true));
   return s;
 }
 

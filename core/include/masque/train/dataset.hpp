@@ -36,6 +36,7 @@ struct Example {
   std::vector<TokenId> target;         // an encoder-decoder's target, or empty
   std::vector<std::int32_t> order;     // the record's factorization order (plm), or empty
   std::vector<std::uint8_t> context;   // plm: 1 = given, outside the order; or empty (none)
+  std::int32_t label = -1;             // classify: the record's label index
   std::int64_t tokens() const { return static_cast<std::int64_t>(ids.size() + target.size()); }
 };
 

@@ -28,6 +28,11 @@
 //                                 `source [SEP] [MASK]...`); with plm_target_slack >= 0 the
 //                                 target is padded with [SEP] to (source words + slack) slots,
 //                                 so the template's length follows from the source alone.
+//   classify   (bidirectional     text + label -> tokens; one output per record predicts its label
+//               or causal)        (an index of the model's labels, config.json's id2label):
+//                                 the first token's (BERT's [CLS], under the pooler) on an
+//                                 encoder-only model, the last token's on a decoder-only one,
+//                                 the rows Hugging Face's *ForSequenceClassification heads read.
 //
 // Every layout is the one the matching `masque run` task feeds at inference, so a trained
 // model runs unchanged.
@@ -51,7 +56,7 @@ struct Record;
 
 namespace masque::train {
 
-enum class ObjectiveKind : std::uint8_t { causal_lm, mlm, seq2seq, plm };
+enum class ObjectiveKind : std::uint8_t { causal_lm, mlm, seq2seq, plm, classify };
 
 BOOST_SYMBOL_VISIBLE ObjectiveKind parse_objective(const std::string& name);  // ConfigError
 BOOST_SYMBOL_VISIBLE const char* to_string(ObjectiveKind kind);
@@ -66,6 +71,8 @@ struct ObjectiveOptions {
                                        // (-1: the target's own length)
   std::uint64_t seed = 0;              // mlm corruption
   std::int32_t max_tokens = 0;         // longer records are skipped (0: the model's positions)
+  std::string label_field = "label";   // classify: the record's label (a name or an index)
+  std::vector<std::string> labels{};   // classify: the label names in logit order
 };
 
 // The mask strategies an objective lays batches out under (plugins, as everywhere in masque):

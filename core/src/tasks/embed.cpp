@@ -1,0 +1,142 @@
+// Task `embed`: one vector per record from any encoder-only or decoder-only model's final hidden
+// states (after its final norm): the first token's, the mean over the record's tokens, or the
+// last token's, optionally L2-normalised; as JSON lines, or as the rows of a .npy matrix in
+// input order (row r = record r) for numpy and friends.
+#include <algorithm>
+#include <optional>
+
+#include "masque/error.hpp"
+#include "tasks/common.hpp"
+#include "tasks/npy_writer.hpp"
+#include "tasks/pooling.hpp"
+#include "tasks/sequence_input.hpp"
+
+namespace masque {
+
+namespace {
+
+struct EmbedInput {
+  SequenceSpec spec;
+};
+
+class EmbedTask final : public Task {
+ public:
+  EmbedTask(const Pipeline& pipeline, const Plugins& plugins)
+      : params_(pipeline.task_params),
+        model_(*plugins.model),
+        tokenizer_(plugins.tokenizer.get()),
+        mask_(sequence_mask(plugins)),
+        pooling_(parse_pooling(params_.get_string("pooling"), model_.info().kind)),
+        normalize_(params_.get_bool("normalize")) {
+    if (const std::string path = params_.get_string("npy"); !path.empty())
+      npy_.emplace(path, static_cast<std::size_t>(model_.info().hidden_size));
+  }
+
+  void prepare(Item& item) const override {
+    auto input = std::make_shared<EmbedInput>();
+    try {
+      input->spec = sequence_input(item, tokenizer_, model_, params_);
+    } catch (const RecordError&) {
+      if (npy_) npy_->write_missing(item.record.id);  // its row stays NaN
+      throw;
+    }
+    item.data = input;
+  }
+
+  std::vector<Result> process(std::span<Item* const> items) const override {
+    std::vector<SequenceSpec> specs;
+    for (Item* item : items) specs.push_back(static_cast<EmbedInput*>(item->data.get())->spec);
+    BuiltBatch built = build_batch(specs, mask_, std::max(model_.info().pad, 0), -1);
+    Batch& b = built.batch;
+    b.want_logits = false;
+    b.want_hidden = true;
+    std::vector<std::size_t> first_row;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      first_row.push_back(b.output_rows.size());
+      const auto n = static_cast<std::int32_t>(specs[i].ids.size());
+      for (std::int32_t t : pooled_rows(pooling_, n))
+        b.output_rows.push_back(static_cast<std::int32_t>(i * static_cast<std::size_t>(b.length)) +
+                                t);
+    }
+    first_row.push_back(b.output_rows.size());
+    std::vector<Result> results;
+    try {
+      const ForwardResult out = model_.forward(b);
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        const std::uint64_t id = items[i]->record.id;
+        const std::vector<float> v =
+            pool(out.hidden, first_row[i], first_row[i + 1] - first_row[i], normalize_);
+        Result r;
+        r.id = id;
+        r.object["id"] = id;
+        r.tokens = specs[i].ids.size();
+        r.object["tokens"] = r.tokens;
+        if (npy_)
+          npy_->write_row(id, v);
+        else
+          r.object["embedding"] = v;
+        results.push_back(std::move(r));
+      }
+    } catch (const RecordError&) {
+      for (Item* item : items)
+        if (npy_) npy_->write_missing(item->record.id);
+      throw;
+    }
+    return results;
+  }
+
+  std::vector<std::string> tsv_columns() const override { return {"embedding"}; }
+
+ private:
+  const Params& params_;
+  const Model& model_;
+  const Tokenizer* tokenizer_;
+  const MaskStrategy& mask_;
+  Pooling pooling_;
+  bool normalize_;
+  mutable std::optional<NpyWriter> npy_;
+};
+
+std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {
+  return std::make_unique<EmbedTask>(pipeline, plugins);
+}
+
+const TaskRegistration registration({
+    .spec = {.name = "embed",
+             .description =
+                 "a vector per record from the model's final hidden states (first token, mean "
+                 "over the record's tokens or last token; optionally L2-normalised), as JSON "
+                 "lines {id, tokens, embedding} or as the rows of a .npy matrix in input order",
+             .params = {{.name = "pooling",
+                         .type = ParamType::string,
+                         .default_value = "auto",
+                         .help = "which hidden states make the vector: cls (the first token's), "
+                                 "mean (over the record's tokens, pads excluded), last (the last "
+                                 "token's); auto: cls for encoder-only, last for decoder-only "
+                                 "models",
+                         .choices = "auto|cls|mean|last"},
+                        {.name = "normalize",
+                         .type = ParamType::boolean,
+                         .default_value = "false",
+                         .help = "divide each vector by its L2 norm (cosine similarity becomes "
+                                 "a dot product)"},
+                        {.name = "npy",
+                         .type = ParamType::path,
+                         .default_value = "",
+                         .help = "write the vectors to this .npy file (NPY 1.0, '<f4', shape "
+                                 "(records, hidden_size), row r = record r; a failed record's "
+                                 "row is NaN) instead of into the JSON lines",
+                         .flags = kParamMayBeMissing},
+                        add_special_param(),
+                        pair_field_param()},
+             .required_sections = {"model"},
+             .optional_sections = {"tokenizer", "mask"},
+             .default_plugins = {},
+             .model_kinds = {ModelKind::decoder_only, ModelKind::encoder_only},
+             .held_masks = {"bidirectional", "causal"}},
+    .create = create,
+});
+
+}  // namespace
+
+}  // namespace masque

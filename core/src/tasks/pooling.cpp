@@ -1,0 +1,64 @@
+#include "tasks/pooling.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "masque/error.hpp"
+
+namespace masque {
+
+Pooling parse_pooling(const std::string& name, ModelKind kind) {
+  if (name == "cls") return Pooling::cls;
+  if (name == "mean") return Pooling::mean;
+  if (name == "last") return Pooling::last;
+  if (name == "auto") return kind == ModelKind::encoder_only ? Pooling::cls : Pooling::last;
+  throw ConfigError("task.pooling: expected auto, cls, mean or last, got '" + name + "'");
+}
+
+const char* to_string(Pooling pooling) {
+  switch (pooling) {
+    case Pooling::cls:
+      return "cls";
+    case Pooling::mean:
+      return "mean";
+    case Pooling::last:
+      return "last";
+  }
+  return "?";
+}
+
+std::vector<std::int32_t> pooled_rows(Pooling pooling, std::int32_t length) {
+  switch (pooling) {
+    case Pooling::cls:
+      return {0};
+    case Pooling::last:
+      return {length - 1};
+    case Pooling::mean:
+      break;
+  }
+  std::vector<std::int32_t> rows(static_cast<std::size_t>(length));
+  for (std::int32_t t = 0; t < length; ++t) rows[static_cast<std::size_t>(t)] = t;
+  return rows;
+}
+
+std::vector<float> pool(const Tensor& hidden, std::size_t first, std::size_t rows, bool normalize) {
+  const auto width = static_cast<std::size_t>(hidden.dim(-1));
+  std::vector<double> sum(width, 0.0);
+  for (std::size_t r = first; r < first + rows; ++r) {
+    const float* h = hidden.f32() + r * width;
+    for (std::size_t i = 0; i < width; ++i) sum[i] += h[i];
+  }
+  double scale = rows > 0 ? 1.0 / static_cast<double>(rows) : 0.0;
+  if (normalize) {
+    double norm = 0.0;
+    for (double v : sum) norm += v * v;
+    norm = std::sqrt(norm) * scale;
+    // torch.nn.functional.normalize's eps: a zero vector stays zero.
+    scale /= std::max(norm, 1e-12);
+  }
+  std::vector<float> out(width);
+  for (std::size_t i = 0; i < width; ++i) out[i] = static_cast<float>(sum[i] * scale);
+  return out;
+}
+
+}  // namespace masque

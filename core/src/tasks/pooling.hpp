@@ -1,0 +1,32 @@
+// Sentence vectors from a model's final hidden states: which rows of a record form its vector
+// (its first token, every token, its last token) and how they combine.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "masque/model.hpp"
+#include "masque/tensor.hpp"
+
+namespace masque {
+
+enum class Pooling : std::uint8_t {
+  cls,   // the first token's state ([CLS] of BERT-like encoders)
+  mean,  // the mean over the record's tokens (pads excluded)
+  last,  // the last token's state (the one token of a causal model that saw the whole record)
+};
+
+// "auto" picks cls for encoder-only and last for decoder-only models. ConfigError otherwise.
+Pooling parse_pooling(const std::string& name, ModelKind kind);
+const char* to_string(Pooling pooling);
+
+// The rows of a record of `length` tokens that `pooling` reads, relative to its first token.
+std::vector<std::int32_t> pooled_rows(Pooling pooling, std::int32_t length);
+
+// Pools `rows` consecutive rows of `hidden` starting at `first` (what pooled_rows asked for),
+// in double, then L2-normalises the result when `normalize` (a zero vector stays zero).
+std::vector<float> pool(const Tensor& hidden, std::size_t first, std::size_t rows, bool normalize);
+
+}  // namespace masque
