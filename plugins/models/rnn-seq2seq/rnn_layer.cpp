@@ -1,4 +1,5 @@
 #include "rnn_layer.hpp"
+#include "rnn_dnnl.hpp"
 
 #include <array>
 #include <map>
@@ -19,16 +20,6 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 using Dims = memory::dims;
-
-dnnl::engine& cpu() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-dnnl::stream& stream() {
-  thread_local dnnl::stream s(cpu());
-  return s;
-}
 
 // Primitives are created per (steps, rows, stateful, threads); a run with many distinct source
 // lengths and batch sizes would otherwise keep adding. Beyond this, the cache starts over.

@@ -1,4 +1,5 @@
 #include "rnn_train_layer.hpp"
+#include "rnn_dnnl.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -13,16 +14,6 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 using Dims = memory::dims;
-
-dnnl::engine& cpu() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-dnnl::stream& stream() {
-  thread_local dnnl::stream s(cpu());
-  return s;
-}
 
 memory::desc with_any(const memory::desc& md) {
   return {md.dims(), md.data_type(), Tag::any};
