@@ -128,15 +128,17 @@ class BeamSearch {
     const std::int32_t first = stepper_.num_records();
     const std::int32_t count = stepper_.admit(beam_size_, !active_.empty());
     if (count <= 0) return 0;
-    std::vector<std::int32_t> rows(beam_count_);
-    for (std::size_t i = 0; i < beam_count_; ++i) rows[i] = static_cast<std::int32_t>(i);
+    // The stepper's rows are now the live beams, then one prompt row per admitted record;
+    // add_record appends beams, so the live count is taken before it runs.
+    const std::size_t live = beam_count_;
+    std::vector<std::int32_t> rows(live);
+    for (std::size_t i = 0; i < live; ++i) rows[i] = static_cast<std::int32_t>(i);
     results_.resize(static_cast<std::size_t>(first + count));
     for (std::int32_t r = first; r < first + count; ++r) {
       plans_.push_back(decoding::plan_record(stepper_, options_, r));
-      add_record(r, static_cast<std::int32_t>(beam_count_) + (r - first), rows);
+      add_record(r, static_cast<std::int32_t>(live) + (r - first), rows);
     }
-    if (!decoding::is_identity(rows, beam_count_ + static_cast<std::size_t>(count)))
-      stepper_.select(rows);
+    if (!decoding::is_identity(rows, live + static_cast<std::size_t>(count))) stepper_.select(rows);
     return count;
   }
 
