@@ -120,6 +120,25 @@ memory TrainLayer::weights_in(Weights& w, bool layer, const memory::desc& to) co
   return target;
 }
 
+namespace {
+
+// The primitives of one (forward, backward) pair and the memory layouts they chose.
+template <typename Forward, typename Backward, typename Primitives, typename ForwardPd,
+          typename BackwardPd>
+void keep(Primitives& p, const ForwardPd& fpd, const BackwardPd& bpd) {
+  p.forward = Forward(fpd);
+  p.backward = Backward(bpd);
+  p.forward_scratchpad = fpd.scratchpad_desc();
+  p.backward_scratchpad = bpd.scratchpad_desc();
+  p.workspace = fpd.workspace_desc();
+  p.forward_layer = fpd.weights_layer_desc();
+  p.forward_iter = fpd.weights_iter_desc();
+  p.backward_layer = bpd.weights_layer_desc();
+  p.backward_iter = bpd.weights_iter_desc();
+}
+
+}  // namespace
+
 std::shared_ptr<const TrainLayer::Primitives> TrainLayer::prepare(std::int32_t steps,
                                                                   std::int32_t rows) const {
   const auto key = std::make_tuple(steps, rows, thread_count());
@@ -148,30 +167,14 @@ std::shared_ptr<const TrainLayer::Primitives> TrainLayer::prepare(std::int32_t s
                                  state, state, src, state, state, dwl, dwi, bias_md(), dst, state,
                                  state);
     dnnl::lstm_backward::primitive_desc bpd(bd, attr, cpu(), fpd);
-    p->forward = dnnl::lstm_forward(fpd);
-    p->backward = dnnl::lstm_backward(bpd);
-    p->forward_scratchpad = fpd.scratchpad_desc();
-    p->backward_scratchpad = bpd.scratchpad_desc();
-    p->workspace = fpd.workspace_desc();
-    p->forward_layer = fpd.weights_layer_desc();
-    p->forward_iter = fpd.weights_iter_desc();
-    p->backward_layer = bpd.weights_layer_desc();
-    p->backward_iter = bpd.weights_iter_desc();
+    keep<dnnl::lstm_forward, dnnl::lstm_backward>(*p, fpd, bpd);
   } else {
     dnnl::lbr_gru_forward::desc fd(training, direction, src, state, wl, wi, bias_md(), dst, state);
     dnnl::lbr_gru_forward::primitive_desc fpd(fd, attr, cpu());
     dnnl::lbr_gru_backward::desc bd(backward, direction, src, state, wl, wi, bias_md(), dst, state,
                                     src, state, dwl, dwi, bias_md(), dst, state);
     dnnl::lbr_gru_backward::primitive_desc bpd(bd, attr, cpu(), fpd);
-    p->forward = dnnl::lbr_gru_forward(fpd);
-    p->backward = dnnl::lbr_gru_backward(bpd);
-    p->forward_scratchpad = fpd.scratchpad_desc();
-    p->backward_scratchpad = bpd.scratchpad_desc();
-    p->workspace = fpd.workspace_desc();
-    p->forward_layer = fpd.weights_layer_desc();
-    p->forward_iter = fpd.weights_iter_desc();
-    p->backward_layer = bpd.weights_layer_desc();
-    p->backward_iter = bpd.weights_iter_desc();
+    keep<dnnl::lbr_gru_forward, dnnl::lbr_gru_backward>(*p, fpd, bpd);
   }
   cache.emplace(key, p);
   return p;
