@@ -310,8 +310,7 @@ int run(const Options& o) {
     const double t2 = now();
     net.backward(*tape, logits);
     const double t3 = now();
-    train::clip_grad_norm(grads, 1.0);
-    adamw.step(update, 1e-4);
+    adamw.step(update, 1e-4, train::clip_coefficient(train::grad_norm(grads), 1.0));
     const double t4 = now();
     if (step == 0) first_loss = ce.loss;
     last_loss = ce.loss;

@@ -87,6 +87,37 @@ TEST_CASE("train clipping: clip_grad_norm_'s norm and coefficient", "[train][cli
   }
 }
 
+TEST_CASE("train clipping fused into AdamW: the same weights as clipping first, bit for bit",
+          "[train][clip][adamw]") {
+  const std::int64_t n = 1000;
+  std::vector<float> w(n), w_fused;
+  for (std::int64_t i = 0; i < n; ++i) w[i] = static_cast<float>((i * 37) % 101) * 0.01f - 0.5f;
+  w_fused = w;
+  const std::vector<std::int64_t> sizes{n};
+  train::AdamW clip_first(train::AdamWOptions{}, sizes), fused(train::AdamWOptions{}, sizes);
+  for (int step = 0; step < 3; ++step) {
+    INFO("step " << step);
+    std::vector<float> g(n);  // this step's gradient, its norm far above 1: clipped
+    for (std::int64_t i = 0; i < n; ++i)
+      g[i] = static_cast<float>((i * 53 + step * 11) % 97) * 0.3f - 14.0f;
+    std::vector<float> g_fused = g;
+    const std::vector<std::span<float>> grads{std::span<float>(g)};
+    const double norm = train::clip_grad_norm(grads, 1.0);
+    const train::Parameter p[] = {{w.data(), g.data(), n, true}};
+    clip_first.step(p, 1e-2);
+    const std::vector<std::span<float>> unclipped{std::span<float>(g_fused)};
+    const double total = train::grad_norm(unclipped);
+    CHECK(total == norm);
+    const float coef = train::clip_coefficient(total, 1.0);
+    CHECK(coef < 1.0f);
+    const train::Parameter q[] = {{w_fused.data(), g_fused.data(), n, true}};
+    fused.step(q, 1e-2, coef);
+    CHECK(w_fused == w);
+  }
+  CHECK(train::clip_coefficient(300.0, 0.0) == 1.0f);  // no clipping asked
+  CHECK(train::clip_coefficient(0.5, 1.0) == 1.0f);    // within the bound
+}
+
 TEST_CASE("train reduction: micro-batch gradients summed in a fixed order", "[train][reduce]") {
   const std::int64_t n = (1 << 22) + 5;  // past the parallel threshold
   std::vector<std::vector<float>> parts(3, std::vector<float>(n));

@@ -22,12 +22,13 @@ constexpr char kMagic[] = "masque-adamw 1\n";
 
 MASQUE_VECTORIZE void adamw_update(float* __restrict p, const float* __restrict g,
                                    float* __restrict m, float* __restrict v, std::int64_t n,
-                                   float decay_factor, float beta1, float beta2, float step_size,
-                                   float bc2_sqrt, float eps) {
+                                   float grad_scale, float decay_factor, float beta1, float beta2,
+                                   float step_size, float bc2_sqrt, float eps) {
   for (std::int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * grad_scale;  // exactly the clipped gradient torch would have stored
     const float pi = p[i] * decay_factor;
-    const float mi = m[i] * beta1 + g[i] * (1.0f - beta1);
-    const float vi = v[i] * beta2 + g[i] * g[i] * (1.0f - beta2);
+    const float mi = m[i] * beta1 + gi * (1.0f - beta1);
+    const float vi = v[i] * beta2 + gi * gi * (1.0f - beta2);
     m[i] = mi;
     v[i] = vi;
     p[i] = pi - step_size * (mi / (std::sqrt(vi) / bc2_sqrt + eps));
@@ -72,7 +73,7 @@ AdamW::AdamW(AdamWOptions options, std::span<const std::int64_t> sizes) : option
   }
 }
 
-void AdamW::step(std::span<const Parameter> params, double lr) {
+void AdamW::step(std::span<const Parameter> params, double lr, float grad_scale) {
   if (params.size() != m_.size())
     throw RuntimeError("AdamW: " + std::to_string(params.size()) + " parameters for " +
                        std::to_string(m_.size()) + " slots");
@@ -95,8 +96,8 @@ void AdamW::step(std::span<const Parameter> params, double lr) {
     const auto decay = static_cast<float>(p.decay ? 1.0 - lr * options_.weight_decay : 1.0);
     float *m = m_[i].data(), *v = v_[i].data();
     parallel_range(p.size, 12.0 * static_cast<double>(p.size), [&](std::int64_t b, std::int64_t e) {
-      adamw_update(p.value + b, p.grad + b, m + b, v + b, e - b, decay, beta1, beta2, step_size,
-                   bc2_sqrt, eps);
+      adamw_update(p.value + b, p.grad + b, m + b, v + b, e - b, grad_scale, decay, beta1, beta2,
+                   step_size, bc2_sqrt, eps);
     });
   }
 }
@@ -149,17 +150,25 @@ AdamW AdamW::load(std::istream& in, std::span<const std::int64_t> expected_sizes
   return a;
 }
 
-double clip_grad_norm(std::span<const std::span<float>> grads, double max_norm) {
+double grad_norm(std::span<const std::span<float>> grads) {
   double sum = 0.0;
   for (const std::span<float>& g : grads)
     sum += sum_of_squares(g.data(), static_cast<std::int64_t>(g.size()));
-  const double total = std::sqrt(sum);
-  if (max_norm > 0.0) {
-    const double coef = max_norm / (total + 1e-6);
-    if (coef < 1.0)
-      for (const std::span<float>& g : grads)
-        scale(g.data(), static_cast<std::int64_t>(g.size()), static_cast<float>(coef));
-  }
+  return std::sqrt(sum);
+}
+
+float clip_coefficient(double total, double max_norm) {
+  if (max_norm <= 0.0) return 1.0f;
+  const double coef = max_norm / (total + 1e-6);
+  return coef < 1.0 ? static_cast<float>(coef) : 1.0f;
+}
+
+double clip_grad_norm(std::span<const std::span<float>> grads, double max_norm) {
+  const double total = grad_norm(grads);
+  const float coef = clip_coefficient(total, max_norm);
+  if (coef != 1.0f)
+    for (const std::span<float>& g : grads)
+      scale(g.data(), static_cast<std::int64_t>(g.size()), coef);
   return total;
 }
 

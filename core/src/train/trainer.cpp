@@ -142,9 +142,9 @@ StepResult Trainer::step() {
     update.push_back({e.value.f32(), e.grad.f32(), e.value.numel(), e.decays()});
   }
   StepResult r;
-  r.grad_norm = clip_grad_norm(grads, options_.max_grad_norm);
+  r.grad_norm = grad_norm(grads);
   r.lr = options_.schedule.lr(step_);
-  adamw_.step(update, r.lr);
+  adamw_.step(update, r.lr, clip_coefficient(r.grad_norm, options_.max_grad_norm));
   r.step = ++step_;
   r.loss = loss_sum / static_cast<double>(count);
   r.tokens = count;

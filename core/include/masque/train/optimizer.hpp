@@ -37,7 +37,9 @@ class AdamW {
   AdamW(AdamWOptions options, std::span<const std::int64_t> sizes);
 
   // Applies one step to `params` (in the order and sizes given at construction).
-  void step(std::span<const Parameter> params, double lr);
+  // grad_scale multiplies every gradient as it is read (clip_coefficient: clipping fused into
+  // the update, one pass over the gradients fewer; the results are those of clipping first).
+  void step(std::span<const Parameter> params, double lr, float grad_scale = 1.0f);
 
   std::int64_t steps() const { return step_; }
   const AdamWOptions& options() const { return options_; }
@@ -59,6 +61,11 @@ class AdamW {
 // in double); coef = max_norm / (total + 1e-6); when coef < 1 every gradient is multiplied by
 // it. Returns total (the norm before clipping). max_norm <= 0 only measures.
 double clip_grad_norm(std::span<const std::span<float>> grads, double max_norm);
+
+// The two halves of clip_grad_norm: the total norm, and the factor clipping multiplies by
+// (1 when max_norm <= 0 or the norm is within it).
+double grad_norm(std::span<const std::span<float>> grads);
+float clip_coefficient(double total, double max_norm);
 
 // out[i] = parts[0][i] + parts[1][i] + ... in that order, for i < n: the sum of micro-batch
 // gradient buffers whatever thread produced which, so a run is reproducible. Element ranges run
