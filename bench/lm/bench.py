@@ -171,6 +171,55 @@ def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+# ---- yardsticks: the CPU's own limits, measured in the same run (issue 23) -------------------
+
+def gpt2_shape(model):
+    with open(os.path.join(model, "config.json")) as f:
+        c = json.load(f)
+    return c["n_layer"], c["n_embd"], c.get("n_inner") or 4 * c["n_embd"], c["vocab_size"]
+
+
+def score_flops_per_token(model):
+    """Matmul FLOPs per scored token at SCORE_LENGTH: q/k/v/out and the MLP per layer, the tied
+    output head, and causal attention (scores and weighted values over the T/2 earlier
+    positions on average)."""
+    layers, d, ffn, vocab = gpt2_shape(model)
+    return 2 * (layers * (4 * d * d + 2 * d * ffn + 2 * d * SCORE_LENGTH // 2) + d * vocab)
+
+
+def f32_weight_bytes(model):
+    """Bytes of parameters a decoding step reads in f32 (every tensor of the safetensors file)."""
+    with open(os.path.join(model, "model.safetensors"), "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+    return sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in header.items()
+               if k != "__metadata__")
+
+
+def bench_yardsticks(a, results):
+    """bench_numerics' f32 FMA peak (GFLOP/s) and memory read bandwidth (GB/s) on 1 and 2
+    threads: what the percentages of the score and generate tables are taken against."""
+    tool = os.path.join(a.build, "bin", "bench_numerics")
+    if not os.access(tool, os.X_OK):
+        log(f"bench: {tool} not built: no % of peak / bandwidth columns")
+        return
+    for threads in (1, 2):
+        for kind in ("peak", "bandwidth"):
+            env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+            out = subprocess.run([tool, "--threads", str(threads), "--filter", kind], env=env,
+                                 check=True, capture_output=True, text=True).stdout
+            for line in out.splitlines():
+                f = line.split("\t")
+                if f[0] == kind:
+                    results.append({"bench": "yardstick", "kind": kind, "threads": threads,
+                                    "value": float(f[4])})
+
+
+def yardstick(results, kind, threads):
+    return median([r["value"] for r in select(results, bench="yardstick", kind=kind,
+                                              threads=threads)])
+
+
 # ---- issue 5 (a): scoring 8 x 256 ------------------------------------------------------------
 
 MASQUE_CONFIGS = {  # threads -> {label: options}
@@ -337,9 +386,14 @@ def peer_median(results, metric, peer, **kw):
     return (median([r[metric] for r in rows]), rows[0]) if rows else (None, None)
 
 
-def table_score(results, dtypes):
-    lines = ["| matmuls | threads | masque config | masque tokens/s | PyTorch tuned | ratio | PyTorch plain | ratio | NLL masque / PyTorch |",
-             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+def percent(value, limit):
+    return f"{100 * value / limit:.0f} %" if limit == limit and limit and value == value else "–"
+
+
+def table_score(results, dtypes, header):
+    lines = ["| matmuls | threads | masque config | masque tokens/s | masque % of FMA peak | PyTorch tuned | ratio | PyTorch plain | ratio | NLL masque / PyTorch |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    flops = header.get("score_flops_per_token", float("nan"))
     tokens = SCORE_RECORDS * SCORE_LENGTH
     for dtype in dtypes:
         for threads in (1, 2):
@@ -359,14 +413,17 @@ def table_score(results, dtypes):
                     continue
                 torch_nll = torch_nll if torch_nll is not None else row["nll"]
                 cells += [f"{tokens / sec_t:.0f}", f"**{m * sec_t / tokens:.2f}×**"]
-            lines.append(f"| {dtype} | {threads} | {label} | {m:.0f} | {' | '.join(cells)} | "
+            peak = yardstick(results, "peak", threads)
+            lines.append(f"| {dtype} | {threads} | {label} | {m:.0f} | "
+                         f"{percent(m * flops / 1e9, peak)} | {' | '.join(cells)} | "
                          f"{nll:.3f} / {torch_nll:.3f} |")
     return "\n".join(lines)
 
 
-def table_generate(results, dtypes):
-    lines = ["| matmuls | threads | masque config | masque ms/token | PyTorch tuned | masque / tuned | PyTorch plain | masque / plain | same tokens |",
-             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+def table_generate(results, dtypes, header):
+    lines = ["| matmuls | threads | masque config | masque ms/token | masque weights GB/s (% of read bandwidth) | PyTorch tuned | masque / tuned | PyTorch plain | masque / plain | same tokens |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    weight_bytes = header.get("f32_weight_bytes", float("nan"))
     for dtype in dtypes:
         for threads in (1, 2):
             kw = dict(bench="generate", threads=threads, dtype=dtype)
@@ -380,8 +437,12 @@ def table_generate(results, dtypes):
             for peer in PEERS:
                 t, row = peer_median(results, "ms_per_token", peer, **kw)
                 cells += ["–", "–"] if row is None else [f"{t:.1f}", f"**{m / t:.2f}×**"]
-            lines.append(f"| {dtype} | {threads} | {config} | {m:.1f} | {' | '.join(cells)} | "
-                         f"{'yes' if same else 'no'} |")
+            stream = "–"  # f32 only: in bf16/int8 the bytes per token depend on the layer types
+            if dtype == "f32":
+                gbs = weight_bytes / (m / 1e3) / 1e9
+                stream = f"{gbs:.1f} ({percent(gbs, yardstick(results, 'bandwidth', threads))})"
+            lines.append(f"| {dtype} | {threads} | {config} | {m:.1f} | {stream} | "
+                         f"{' | '.join(cells)} | {'yes' if same else 'no'} |")
     return "\n".join(lines)
 
 
@@ -472,14 +533,18 @@ def main():
                   "machine": machine(), "load_before": loadavg(), "rounds": a.rounds,
                   "reps": a.reps, "torch_blas": torch_blas(a)}
         model = setup(a)
+        header["score_flops_per_token"] = score_flops_per_token(model)
+        header["f32_weight_bytes"] = f32_weight_bytes(model)
         results = Results(path, header)
         bench_load(a, results)
+        bench_yardsticks(a, results)
         if "score" in parts:
             bench_score(a, model, results)
         if "generate" in parts:
             bench_generate(a, model, results)
         if "corpus" in parts:
             bench_corpus(a, model, results)
+        bench_yardsticks(a, results)
         header["load_after"] = loadavg()
         results.append({"bench": "end"})
     report(results, header, parts, a.dtypes)
@@ -495,15 +560,22 @@ def report(results, header, parts, dtypes):
     print(f"model load (GPT-2-small, process on 0 records): masque "
           f"{median([r['wall'] for r in load_rows]):.2f} s wall; PyTorch "
           f"{median([r['load_seconds'] for r in select(results, side='torch', bench='score')] or [float('nan')]):.2f} s")
+    print(f"measured in the same run (bench_numerics, medians): f32 FMA peak "
+          f"{yardstick(results, 'peak', 1):.1f} / {yardstick(results, 'peak', 2):.1f} GFLOP/s, "
+          f"memory read bandwidth {yardstick(results, 'bandwidth', 1):.1f} / "
+          f"{yardstick(results, 'bandwidth', 2):.1f} GB/s (1 / 2 threads); % of peak counts "
+          f"{header.get('score_flops_per_token', float('nan')) / 1e6:.1f} MFLOP per scored token, "
+          f"GB/s {header.get('f32_weight_bytes', float('nan')) / 1e6:.1f} MB of f32 weights per "
+          f"generated token")
     if "score" in parts:
         print(f"\n### Scoring, GPT-2-small, batch {SCORE_RECORDS} x {SCORE_LENGTH} ids\n")
-        print(table_score(results, dtypes))
+        print(table_score(results, dtypes, header))
         if "int8" in dtypes:
             print(int8_note(results, "score"))
     if "generate" in parts:
         print(f"\n### Generation, GPT-2-small, batch 1, {PROMPT_LENGTH}-token prompt, "
               f"{NEW_TOKENS} new tokens (greedy, KV cache)\n")
-        print(table_generate(results, dtypes))
+        print(table_generate(results, dtypes, header))
         if "int8" in dtypes:
             print(int8_note(results, "generate"))
     if "corpus" in parts:

@@ -138,6 +138,23 @@ TEST_CASE("batcher: batches are cut by padded tokens, and a long record still ge
   CHECK(cut_batches({}, o).empty());
 }
 
+TEST_CASE("batcher: fewer batches than workers are halved until each worker has one",
+          "[run][batcher]") {
+  auto items = items_with_costs({1, 1, 2, 2, 3, 3, 4});
+  BatchingOptions o{.max_batch_size = 32, .max_batch_tokens = 1000, .workers = 2};
+  CHECK(ids(cut_batches(raw(items), o)) ==
+        std::vector<std::vector<std::uint64_t>>{{0, 1, 2}, {3, 4, 5, 6}});
+  o.workers = 4;  // the most padded tokens halved each time: {3..6} (16), then {5, 6} (8)
+  CHECK(ids(cut_batches(raw(items), o)) ==
+        std::vector<std::vector<std::uint64_t>>{{0, 1, 2}, {3, 4}, {5}, {6}});
+  o.workers = 20;  // never below one record per batch
+  CHECK(cut_batches(raw(items), o).size() == 7);
+  o.max_batch_size = 3;  // enough batches already: cut as before
+  o.workers = 2;
+  CHECK(ids(cut_batches(raw(items), o)) ==
+        std::vector<std::vector<std::uint64_t>>{{0, 1, 2}, {3, 4, 5}, {6}});
+}
+
 TEST_CASE("batcher: a window fills at read_ahead, is prepared in parallel, sorted and cut",
           "[run][batcher]") {
   LengthTask task;

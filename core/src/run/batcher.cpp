@@ -54,6 +54,25 @@ void sort_by_cost(std::vector<Item*>& items) {
                    [](const Item* a, const Item* b) { return a->cost < b->cost; });
 }
 
+// Halves the batch with the most padded tokens (records x its last, largest cost) until there
+// are `workers` batches or none has two records left.
+void split_for_workers(std::vector<std::vector<Item*>>& batches, std::size_t workers) {
+  while (batches.size() < workers) {
+    auto largest = batches.end();
+    std::size_t most = 0;
+    for (auto b = batches.begin(); b != batches.end(); ++b)
+      if (b->size() > 1 && b->size() * b->back()->cost >= most) {
+        most = b->size() * b->back()->cost;
+        largest = b;
+      }
+    if (largest == batches.end()) return;
+    const auto half = static_cast<std::ptrdiff_t>(largest->size() / 2);
+    std::vector<Item*> second(largest->begin() + half, largest->end());
+    largest->resize(static_cast<std::size_t>(half));
+    batches.insert(largest + 1, std::move(second));
+  }
+}
+
 std::vector<std::vector<Item*>> cut_batches(std::span<Item* const> sorted,
                                             const BatchingOptions& options) {
   std::vector<std::vector<Item*>> batches;
@@ -70,6 +89,7 @@ std::vector<std::vector<Item*>> cut_batches(std::span<Item* const> sorted,
                          sorted.begin() + static_cast<std::ptrdiff_t>(j));
     i = j;
   }
+  split_for_workers(batches, options.workers);
   return batches;
 }
 

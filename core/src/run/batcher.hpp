@@ -25,7 +25,9 @@ std::vector<std::vector<Item*>> deal_groups(std::span<Item* const> sorted, std::
 
 // Consecutive runs of `sorted` (sorted by cost) with at most max_batch_size records and, past
 // the first record of a batch, at most max_batch_tokens tokens counted with padding (records x
-// the largest cost). Every item lands in exactly one batch, in order.
+// the largest cost); then, while there are fewer batches than options.workers, the batch with
+// the most padded tokens is halved (a record's result never depends on its batch). Every item
+// lands in exactly one batch, in order.
 std::vector<std::vector<Item*>> cut_batches(std::span<Item* const> sorted,
                                             const BatchingOptions& options);
 

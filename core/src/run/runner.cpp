@@ -69,11 +69,12 @@ WriterOptions writer_options(const Task& task, const RunOptions& o) {
           .first_record = o.first_record};
 }
 
-// Continuous batching: one group of each window per worker.
+// Continuous batching: one group of each window per worker; static: at least one batch each.
 BatchingOptions batching_for(const Task& task, const RunOptions& options) {
   BatchingOptions b = options.batching;
-  b.continuous_groups =
-      task.batches_continuously() ? static_cast<std::size_t>(std::max(1, options.threads)) : 0;
+  const auto workers = static_cast<std::size_t>(std::max(1, options.threads));
+  b.continuous_groups = task.batches_continuously() ? workers : 0;
+  b.workers = workers;
   return b;
 }
 

@@ -20,6 +20,9 @@ struct BatchingOptions {
   // into this many groups (one per worker) instead of batches; the task keeps at most
   // max_batch_size rows of a group decoding and admits the next records as rows finish.
   std::size_t continuous_groups = 0;
+  // Static batching: a window cut into fewer batches than this (the workers) has its largest
+  // batches halved until each worker has one, so a small input still uses every thread.
+  std::size_t workers = 1;
 
   // Records read ahead, prepared and sorted by length before they are cut into batches.
   std::size_t window() const { return read_ahead ? read_ahead : 16 * max_batch_size; }
