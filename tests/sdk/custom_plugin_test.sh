@@ -224,10 +224,12 @@ check_installed_example() {
   mask_json "$work/moved.json" --strategy sliding-window --set window=2
   cmp -s "$work/moved.json" "$work/w2.json" || fail "the relocated install gives another mask"
 
-  step "RUNPATHs: relative in the binary and the plugins, none into a build tree in libmasque"
+  step "RPATHs: relative in the binary and the plugins, none into a build tree in libmasque"
+  # DT_RPATH (the project links with --disable-new-dtags): it wins over LD_LIBRARY_PATH, which
+  # mpirun sets to its prefix's lib directory, so a binary always loads its own libmasque.
   local runpath
-  runpath=$(readelf -d "$masque" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
-  [ "$runpath" = '$ORIGIN/../lib' ] || fail "bin/masque RUNPATH is '$runpath'"
+  runpath=$(readelf -d "$masque" | sed -n 's/.*(RPATH).*\[\(.*\)\]/\1/p')
+  [ "$runpath" = '$ORIGIN/../lib' ] || fail "bin/masque RPATH is '$runpath'"
   if readelf -d "$moved"/lib/libmasque.so | grep -E '(RUNPATH|RPATH)' | grep -q "$MASQUE_BUILD_DIR"; then
     fail "libmasque.so has a RUNPATH into the build tree: $(readelf -d "$moved"/lib/libmasque.so | grep PATH)"
   fi
