@@ -5,6 +5,8 @@
 #include <thread>
 #include <vector>
 
+#include <oneapi/dnnl/dnnl.h>
+
 #include "masque/error.hpp"
 #include "masque/layers.hpp"
 #include "masque/threading.hpp"
@@ -183,6 +185,46 @@ TEST_CASE("Linear gives a row the same bits in any batch and with two threads",
     linear.forward(x, again);
     CHECK(std::memcmp(again.f32(), all.f32(), all.bytes()) == 0);
   }
+}
+
+TEST_CASE("Linear's one-row kernel gives oneDNN's bits for every shape and activation",
+          "[numerics][linear][threads]") {
+  // Depths that oneDNN sums in one block and in several (its block size depends on the depth),
+  // widths with a partial last block of 64 columns, every fused activation.
+  struct Shape {
+    std::int64_t in, out;
+  };
+  const Shape shapes[] = {{64, 512}, {100, 70}, {768, 2304}, {1536, 50}, {2304, 130}, {3072, 768}};
+  const Activation activations[] = {Activation::none, Activation::gelu_tanh, Activation::gelu,
+                                    Activation::silu, Activation::relu};
+  // AVX-512 without AMX is where oneDNN 2.6 packs f32 weights as BA16a64b (this kernel's input).
+  const bool expect_kernel = dnnl_get_effective_cpu_isa() == dnnl_cpu_isa_avx512_core ||
+                             dnnl_get_effective_cpu_isa() == dnnl_cpu_isa_avx512_core_vnni ||
+                             dnnl_get_effective_cpu_isa() == dnnl_cpu_isa_avx512_core_bf16;
+  std::uint64_t seed = 80;
+  for (const Shape& shape : shapes)
+    for (const Activation activation : activations) {
+      INFO("in " << shape.in << ", out " << shape.out << ", activation "
+                 << static_cast<int>(activation));
+      Tensor w = random_tensor({shape.out, shape.in}, seed++, 0.05f);
+      Tensor b = random_tensor({shape.out}, seed++);
+      Tensor x = random_tensor({5, shape.in}, seed++);
+      const Linear linear(w, activation == Activation::relu ? Tensor{} : b,
+                          {.activation = activation});
+      CHECK(linear.streams_one_row() == expect_kernel);
+      Tensor all;
+      linear.forward(x, all);  // five rows: oneDNN's matmul
+      CHECK(relative_error(all, reference_linear(x, w, activation == Activation::relu ? Tensor{} : b,
+                                                 activation)) < kTol);
+      for (int threads : {1, 2}) {
+        ThreadScope scope(threads);
+        for (std::int64_t r = 0; r < 5; ++r) {
+          std::vector<float> y(static_cast<std::size_t>(shape.out));
+          linear.forward(x.f32() + r * shape.in, 1, y.data());
+          CHECK(std::memcmp(y.data(), all.f32() + r * shape.out, sizeof(float) * y.size()) == 0);
+        }
+      }
+    }
 }
 
 TEST_CASE("thread counts are per calling thread", "[numerics][threads]") {

@@ -65,6 +65,10 @@ class BOOST_SYMBOL_VISIBLE Linear {
   std::int64_t out_features() const;
   Activation activation() const;
   DType compute() const;  // LinearOptions::compute
+  // Whether a one-row product (decoding) streams the packed weights with masque's own kernel
+  // rather than oneDNN's matmul: f32 layers on AVX-512, where that kernel was checked at load to
+  // give oneDNN's numbers bit for bit (so a row's result does not depend on its batch).
+  bool streams_one_row() const;
 
   // x [..., in] -> y [..., out] (y resized; y must not alias x).
   void forward(const Tensor& x, Tensor& y) const;

@@ -47,6 +47,7 @@
 #include "masque/threading.hpp"
 #include "numerics/dnnl_context.hpp"
 #include "numerics/parallel.hpp"
+#include "numerics/row_product.hpp"
 #include "numerics/simd.hpp"
 #include "numerics/tensor_checks.hpp"
 
@@ -140,6 +141,9 @@ struct Linear::Impl {
   std::vector<Part> parts;
   dnnl::memory::desc bias_md;  // zero desc when there is no bias
   dnnl::memory bias;
+  // f32, one part: one-row products at memory speed, calibrated to oneDNN's numbers (or null).
+  std::unique_ptr<numerics::RowProduct> row_product;
+  std::unique_ptr<numerics::RowProduct> make_row_product() const;
 
   struct Executable {
     dnnl::primitive product;  // matmul or convolution
@@ -432,6 +436,28 @@ int int8_weight_levels() {
   return levels;
 }
 
+// The layer's one-row product when it reproduces oneDNN's: calibrated on a probe row whose
+// values span several magnitudes, so that a wrong summation order shows in the roundings.
+std::unique_ptr<numerics::RowProduct> Linear::Impl::make_row_product() const {
+  if (compute != dt::f32 || convolution || parts.size() != 1) return nullptr;
+  const float* b = bias_md.is_zero() ? nullptr : static_cast<const float*>(bias.get_data_handle());
+  auto product = numerics::RowProduct::over(parts[0].weights, b, eltwise_of(activation),
+                                            activation == Activation::silu ? 1.0f : 0.0f);
+  if (!product) return nullptr;
+  std::vector<float> x(static_cast<std::size_t>(in)), reference(static_cast<std::size_t>(out));
+  std::uint32_t state = 12345;
+  for (float& v : x) {
+    state = state * 1664525u + 1013904223u;
+    v = static_cast<float>(static_cast<std::int32_t>(state >> 8) - (1 << 23)) *
+        std::ldexp(1.0f, static_cast<int>(state % 7) - 26);
+  }
+  {
+    ThreadScope one(1);
+    run(1, 0, x.data(), reference.data());
+  }
+  return product->calibrate(x.data(), reference.data()) ? std::move(product) : nullptr;
+}
+
 Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options) {
   if (weight.rank() != 2 || weight.dtype() == DType::i32)
     throw RuntimeError("Linear: the weight must be a 2-D floating-point tensor, got " +
@@ -482,6 +508,7 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options) 
     dnnl::reorder(src, part.weights).execute(thread_stream(), src, part.weights);
   }
   thread_stream().wait();
+  impl->row_product = impl->make_row_product();
   impl_ = std::move(impl);
 }
 
@@ -535,6 +562,9 @@ std::int64_t Linear::out_features() const {
 }
 Activation Linear::activation() const {
   return impl_ ? impl_->activation : Activation::none;
+}
+bool Linear::streams_one_row() const {
+  return impl_ && impl_->row_product;
 }
 DType Linear::compute() const {
   if (!impl_ || impl_->compute == dt::f32) return DType::f32;
@@ -629,6 +659,7 @@ void Linear::forward(const float* x, std::int64_t rows, float* y) const {
   if (one_row_convolution || (rows < kParallelMinRows ? weight_bytes < kParallelMinWeightBytes
                                                       : numerics::threads_for(flops) == 1))
     one.emplace(1);
+  if (rows == 1 && impl_->row_product) return impl_->row_product->run(x, y);
   if (impl_->compute == dt::f32) return impl_->run(rows, 0, x, y);  // one part
   if (impl_->compute == dt::s8) {
     const auto [q, scales] = impl_->to_s8(x, rows);
