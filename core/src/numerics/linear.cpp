@@ -142,8 +142,14 @@ struct Linear::Impl {
   dnnl::memory::desc bias_md;  // zero desc when there is no bias
   dnnl::memory bias;
   // f32, one part: one-row products at memory speed, calibrated to oneDNN's numbers (or null).
-  std::unique_ptr<numerics::RowProduct> row_product;
+  // Made at the first one-row call, so that runs which never decode do not pay for it.
+  mutable std::once_flag row_product_once;
+  mutable std::unique_ptr<numerics::RowProduct> row_product;
   std::unique_ptr<numerics::RowProduct> make_row_product() const;
+  const numerics::RowProduct* one_row() const {
+    std::call_once(row_product_once, [this] { row_product = make_row_product(); });
+    return row_product.get();
+  }
 
   struct Executable {
     dnnl::primitive product;  // matmul or convolution
@@ -508,7 +514,6 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options) 
     dnnl::reorder(src, part.weights).execute(thread_stream(), src, part.weights);
   }
   thread_stream().wait();
-  impl->row_product = impl->make_row_product();
   impl_ = std::move(impl);
 }
 
@@ -564,7 +569,7 @@ Activation Linear::activation() const {
   return impl_ ? impl_->activation : Activation::none;
 }
 bool Linear::streams_one_row() const {
-  return impl_ && impl_->row_product;
+  return impl_ && impl_->one_row();
 }
 DType Linear::compute() const {
   if (!impl_ || impl_->compute == dt::f32) return DType::f32;
@@ -659,7 +664,8 @@ void Linear::forward(const float* x, std::int64_t rows, float* y) const {
   if (one_row_convolution || (rows < kParallelMinRows ? weight_bytes < kParallelMinWeightBytes
                                                       : numerics::threads_for(flops) == 1))
     one.emplace(1);
-  if (rows == 1 && impl_->row_product) return impl_->row_product->run(x, y);
+  if (rows == 1)
+    if (const numerics::RowProduct* kernel = impl_->one_row()) return kernel->run(x, y);
   if (impl_->compute == dt::f32) return impl_->run(rows, 0, x, y);  // one part
   if (impl_->compute == dt::s8) {
     const auto [q, scales] = impl_->to_s8(x, rows);
