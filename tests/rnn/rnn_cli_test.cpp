@@ -14,7 +14,8 @@ namespace {
 
 std::string pipeline(const std::string& fixture, const std::string& decoder) {
   const auto dir = fixture_dir(fixture);
-  const auto file = scratch_dir("rnn-cli-" + fixture + "-" + decoder) / "pipeline.yaml";
+  // Its own folder: test cases of this file run in parallel processes under ctest -j.
+  const auto file = own_scratch_dir("rnn-cli-" + fixture + "-" + decoder) / "pipeline.yaml";
   write_file(file,
              "task: seq2seq\n"
              "model:\n  plugin: rnn-seq2seq\n  path: " +
