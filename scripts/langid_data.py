@@ -2,7 +2,8 @@
 """Language-identification data from the gettext catalogs Debian installs (docs/langid.md).
 
 Usage: scripts/langid_data.py OUT_DIR [--locales /usr/share/locale] [--min-catalogs 40]
-                                      [--max-train 4000] [--max-test 600]
+                                      [--max-train 0] [--max-test 600] [--max-valid 300]
+                                      [--no-balance] [--vocab pieces|chars] [--hidden 128] ...
 
 Reads every /usr/share/locale/LOCALE/LC_MESSAGES/*.mo with its own .mo reader (the GNU gettext
 binary format: magic 0x950412de in either byte order, revision 0, N strings, the offsets of the
@@ -18,18 +19,31 @@ only plain two- or three-letter locales and their _TERRITORY variants are merged
     dropped everywhere (they cannot be told apart);
   * split by source catalog: a catalog (the .mo's domain name, the same name in every locale)
     goes to test when its name's MD5 is 0 mod 5, so test strings come from catalogs never seen
-    in training, for every language alike.
+    in training, for every language alike; of the other catalogs, those whose MD5 / 5 is 0
+    mod 10 are validation catalogs (valid.tsv: for choosing settings without the test set).
 
-Only languages with at least --min-catalogs catalogs are kept. Writes OUT_DIR/train.tsv and
-OUT_DIR/test.tsv (columns text, lang; a header line; seeded shuffle, at most --max-train /
---max-test strings per language) and OUT_DIR/languages.json (per language: catalogs, strings
-before the caps, train and test counts), and prints that table.
+Only languages with at least --min-catalogs catalogs are kept. Writes OUT_DIR/train.tsv,
+OUT_DIR/valid.tsv and OUT_DIR/test.tsv (columns text, lang; a header line; seeded shuffle, at
+most --max-train (0: all) / --max-valid / --max-test strings per language) and
+OUT_DIR/languages.json (per language: catalogs, strings before the caps, train, valid and test
+counts), and prints that table. The test set is the one the first run used (same catalogs, same
+seeded choice of 600 strings), whatever the other options. Training strings are balanced by
+sampling (unless --no-balance): every language's strings are repeated, each repetition in a new
+seeded order, up to the count of the largest language, so every language is drawn equally often
+(the test set has as many strings of each) and no string is thrown away.
 
 It also writes OUT_DIR/model/, the folder `masque train` (objective classify) starts from: a
-character vocabulary for the `wordpiece` tokenizer (every lowercased character seen at least
---min-char-count times in train.tsv, as a word start and as a `##` continuation, so WordPiece
-cuts any word into characters) and the config.json of a small BertForSequenceClassification
-whose id2label are the languages (config only: trained from scratch).
+vocabulary for the `wordpiece` tokenizer and the config.json of a small
+BertForSequenceClassification whose id2label are the languages (config only: trained from
+scratch). The vocabulary holds every lowercased character seen at least --min-char-count times
+in train.tsv, as a word start and as a `##` continuation (so WordPiece can cut any word), and
+with --vocab pieces (the default) also character n-grams that tell languages apart, as
+fastText's and CLD2's features do: per language, its --words most frequent words, its
+--prefixes most frequent word beginnings (2-8 characters) and its --suffixes most frequent
+word-internal n-grams (2-5 characters, as `##` pieces), each seen at least 3 times; words are
+cut as the `wordpiece` tokenizer cuts them (whitespace, punctuation and CJK ideographs apart,
+lowercased, accents kept). WordPiece's longest-match-first then reads frequent words as one
+token and others as a stem and an ending.
 """
 import argparse
 import hashlib
@@ -38,7 +52,8 @@ import random
 import re
 import struct
 import sys
-from collections import defaultdict
+import unicodedata
+from collections import Counter, defaultdict
 from pathlib import Path
 
 
@@ -119,25 +134,99 @@ def collect(locales_dir):
     return out
 
 
-def write_model(folder, train, langs, min_count):
+def is_cjk(c):
+    """Hugging Face's is_chinese_char: the ideographs BERT's tokenizer isolates."""
+    o = ord(c)
+    return (0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0x20000 <= o <= 0x2A6DF
+            or 0x2A700 <= o <= 0x2B73F or 0x2B740 <= o <= 0x2B81F or 0x2B920 <= o <= 0x2CEAF
+            or 0xF900 <= o <= 0xFAFF or 0x2F800 <= o <= 0x2FA1F)
+
+
+def bert_words(text):
+    """The words BERT's pre-tokenizer makes of `text`, lowercased (accents kept)."""
+    words, word = [], []
+
+    def end_word():
+        if word:
+            words.append("".join(word))
+            word.clear()
+
+    for c in text:
+        cat = unicodedata.category(c)
+        if c.isspace():
+            end_word()
+        elif cat in ("Cc", "Cf", "Co"):
+            continue
+        elif cat.startswith("P") or (c < "\x80" and not c.isalnum()) or is_cjk(c):
+            end_word()
+            words.append(c.lower())
+        else:
+            word.append(c.lower())
+    end_word()
+    return words
+
+
+def ngram_pieces(train, chars, words, prefixes, suffixes):
+    """Per language its most frequent words, word beginnings and word-internal n-grams."""
+    by_lang = defaultdict(Counter)
+    for text, lang in train:
+        by_lang[lang].update(w for w in bert_words(text) if len(w) > 1)
+    pieces = set()
+    for lang, counts in sorted(by_lang.items()):
+        starts, inner = Counter(), Counter()
+        for w, n in counts.items():
+            for k in range(2, min(len(w) - 1, 8) + 1):
+                starts[w[:k]] += n
+            for i in range(1, len(w) - 1):
+                for k in range(2, min(len(w) - i, 5) + 1):
+                    inner[w[i:i + k]] += n
+        for counter, top, prefix in ((counts, words, ""), (starts, prefixes, ""),
+                                     (inner, suffixes, "##")):
+            for piece, n in counter.most_common(top):
+                if n >= 3 and all(c in chars for c in piece):
+                    pieces.add(prefix + piece)
+    return sorted(pieces)
+
+
+def write_model(folder, train, langs, args):
     counts = defaultdict(int)
     for text, _ in train:
         for c in text.lower():
             if not c.isspace():
                 counts[c] += 1
-    chars = sorted(c for c, n in counts.items() if n >= min_count)
+    chars = sorted(c for c, n in counts.items() if n >= args.min_char_count)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + chars + ["##" + c for c in chars]
+    if args.vocab == "pieces":
+        have = set(vocab)
+        vocab += [p for p in ngram_pieces(train, set(chars), args.words, args.prefixes,
+                                          args.suffixes) if p not in have]
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "vocab.txt").write_text("".join(v + "\n" for v in vocab), encoding="utf-8")
     config = {"architectures": ["BertForSequenceClassification"], "model_type": "bert",
-              "vocab_size": len(vocab), "hidden_size": 128, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "intermediate_size": 256,
-              "max_position_embeddings": 256, "type_vocab_size": 2, "hidden_act": "gelu",
-              "layer_norm_eps": 1e-12, "initializer_range": 0.02, "pad_token_id": 0,
-              "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+              "vocab_size": len(vocab), "hidden_size": args.hidden,
+              "num_hidden_layers": args.layers, "num_attention_heads": args.heads,
+              "intermediate_size": args.ffn, "max_position_embeddings": 256,
+              "type_vocab_size": 2, "hidden_act": "gelu", "layer_norm_eps": 1e-12,
+              "initializer_range": 0.02, "pad_token_id": 0,
+              "hidden_dropout_prob": args.dropout, "attention_probs_dropout_prob": args.dropout,
               "id2label": {str(i): l for i, l in enumerate(langs)},
               "label2id": {l: i for i, l in enumerate(langs)}}
     (folder / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    return len(vocab)
+
+
+def balanced(rows_by_lang, rng):
+    """Every language's rows repeated (each pass reshuffled) up to the largest language's count."""
+    target = max(len(r) for r in rows_by_lang.values())
+    out = []
+    for lang, rows in sorted(rows_by_lang.items()):
+        picked = list(rows)
+        while len(picked) < target:
+            extra = list(rows)
+            rng.shuffle(extra)
+            picked += extra[:target - len(picked)]
+        out += [(s, lang) for s in picked]
+    return out
 
 
 def main():
@@ -145,10 +234,21 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--locales", default="/usr/share/locale")
     ap.add_argument("--min-catalogs", type=int, default=40)
-    ap.add_argument("--max-train", type=int, default=4000)
+    ap.add_argument("--max-train", type=int, default=0, help="per language, 0: all")
+    ap.add_argument("--max-valid", type=int, default=300)
     ap.add_argument("--max-test", type=int, default=600)
+    ap.add_argument("--no-balance", dest="balance", action="store_false")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--min-char-count", type=int, default=5)
+    ap.add_argument("--vocab", choices=("pieces", "chars"), default="pieces")
+    ap.add_argument("--words", type=int, default=600, help="whole words per language")
+    ap.add_argument("--prefixes", type=int, default=300, help="word beginnings per language")
+    ap.add_argument("--suffixes", type=int, default=300, help="## n-grams per language")
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--ffn", type=int, default=512)
+    ap.add_argument("--dropout", type=float, default=0.1)
     args = ap.parse_args()
     data = collect(args.locales)
     seen = defaultdict(set)
@@ -156,40 +256,61 @@ def main():
         for strings in catalogs.values():
             for s in strings:
                 seen[s].add(lang)
-    is_test = lambda catalog: int(hashlib.md5(catalog.encode()).hexdigest(), 16) % 5 == 0  # noqa
+    digest = lambda catalog: int(hashlib.md5(catalog.encode()).hexdigest(), 16)  # noqa
+    is_test = lambda catalog: digest(catalog) % 5 == 0  # noqa
+    is_valid = lambda catalog: not is_test(catalog) and digest(catalog) // 5 % 10 == 0  # noqa
     rng = random.Random(args.seed)
-    table, train, test = {}, [], []
+    table, train_by_lang, valid, test = {}, {}, [], []
     for lang in sorted(data):
         catalogs = data[lang]
         if len(catalogs) < args.min_catalogs:
             continue
         split = {"train": set(), "test": set()}
+        held_out = set()
         for catalog, strings in catalogs.items():
-            split["test" if is_test(catalog) else "train"] |= {s for s in strings if len(seen[s]) == 1}
+            unique = {s for s in strings if len(seen[s]) == 1}
+            split["test" if is_test(catalog) else "train"] |= unique
+            if is_valid(catalog):
+                held_out |= unique
         split["train"] -= split["test"]  # a string in a test catalog is a test string
         rows = {k: sorted(v) for k, v in split.items()}
-        for k in rows:
+        for k in rows:  # the first run's draws: the same test strings whatever the options
             rng.shuffle(rows[k])
-        table[lang] = {"catalogs": len(catalogs), "train_available": len(rows["train"]),
-                       "test_available": len(rows["test"]),
-                       "train": min(len(rows["train"]), args.max_train),
-                       "test": min(len(rows["test"]), args.max_test)}
-        train += [(s, lang) for s in rows["train"][:args.max_train]]
-        test += [(s, lang) for s in rows["test"][:args.max_test]]
-    rng.shuffle(train)
+        # Validation strings come out of the training strings after the draws above.
+        rows["valid"] = [s for s in rows["train"] if s in held_out]
+        rows["train"] = [s for s in rows["train"] if s not in held_out]
+        caps = {"train": args.max_train or len(rows["train"]), "valid": args.max_valid,
+                "test": args.max_test}
+        table[lang] = {"catalogs": len(catalogs)}
+        for k in ("train", "valid", "test"):
+            table[lang][k + "_available"] = len(rows[k])
+            rows[k] = rows[k][:caps[k]]
+            table[lang][k] = len(rows[k])
+        train_by_lang[lang] = rows["train"]
+        valid += [(s, lang) for s in rows["valid"]]
+        test += [(s, lang) for s in rows["test"]]
+    sampler = random.Random(args.seed + 1)
+    if args.balance:
+        train = balanced(train_by_lang, sampler)
+    else:
+        train = [(s, lang) for lang, rows in sorted(train_by_lang.items()) for s in rows]
+    sampler.shuffle(train)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for name, rows in (("train", train), ("test", test)):
+    for name, rows in (("train", train), ("valid", valid), ("test", test)):
         with open(out / f"{name}.tsv", "w", encoding="utf-8") as f:
             f.write("text\tlang\n")
             f.writelines(f"{t}\t{l}\n" for t, l in rows)
     (out / "languages.json").write_text(json.dumps(table, indent=1) + "\n")
-    write_model(out / "model", train, sorted(table), args.min_char_count)
-    print("lang catalogs train(avail) test(avail)")
+    distinct = [(s, lang) for lang, rows in sorted(train_by_lang.items()) for s in rows]
+    vocab_size = write_model(out / "model", distinct, sorted(table), args)
+    print("lang catalogs train(avail) valid(avail) test(avail)")
     for lang, t in table.items():
-        print(f"{lang:4} {t['catalogs']:8} {t['train']:5} ({t['train_available']}) "
-              f"{t['test']:5} ({t['test_available']})")
-    print(f"{len(table)} languages, {len(train)} train and {len(test)} test strings")
+        print(f"{lang:4} {t['catalogs']:8} {t['train']:6} ({t['train_available']}) "
+              f"{t['valid']:5} ({t['valid_available']}) {t['test']:5} ({t['test_available']})")
+    print(f"{len(table)} languages, {len(distinct)} distinct training strings "
+          f"({len(train)} rows{' balanced' if args.balance else ''}), {len(valid)} valid and "
+          f"{len(test)} test strings; vocabulary of {vocab_size} tokens")
 
 
 if __name__ == "__main__":
