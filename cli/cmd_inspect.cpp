@@ -56,7 +56,11 @@ json matmuls_json(const Model& model, const std::string& asked) {
   json list = json::array();
   std::map<std::string, int> counts;
   for (const auto& [name, linear] : layers) {
-    const std::string type = linear->compute() == DType::i8 ? "int8" : to_string(linear->compute());
+    // The names matmul_dtype takes.
+    const DType compute = linear->compute();
+    const std::string type = compute == DType::i8     ? "int8"
+                             : compute == DType::bf16 ? "bf16"
+                                                      : "f32";
     ++counts[type];
     list.push_back({{"name", name},
                     {"in", linear->in_features()},
