@@ -29,15 +29,12 @@ struct Outcome {
 };
 
 std::vector<std::string> mpirun(int ranks) {
-  return {MASQUE_MPIRUN,
-          "--allow-run-as-root",
-          "--oversubscribe",
-          "-n",
-          std::to_string(ranks),
-          "--mca",
-          "btl",
-          "self,tcp",
-          binary().string()};
+  // --noprefix: mpirun named by its absolute path acts as if given --prefix /usr and puts
+  // /usr/lib first in the ranks' LD_LIBRARY_PATH, where an installed masque package's
+  // libmasque would then shadow this build's (its RUNPATH yields to LD_LIBRARY_PATH).
+  return {MASQUE_MPIRUN, "--allow-run-as-root", "--noprefix", "--oversubscribe",
+          "-n",          std::to_string(ranks), "--mca",      "btl",
+          "self,tcp",    binary().string()};
 }
 
 // Starts argv with stdout and stderr in files under `dir`; returns the pid.
