@@ -5,6 +5,8 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -24,17 +26,58 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-const char* kHelp = R"(Usage: masque inspect DIR [--tokenizer DIR] [--json]
+const char* kHelp = R"(Usage: masque inspect DIR [--tokenizer DIR] [--matmul-dtype TYPE] [--json]
 
 Describes a model folder: its architecture (config.json), the model plugin that serves it, the
 parameter count, the tensors' dtypes and total size, the vocabulary size, the maximum number of
-positions, the special tokens, the tokenizer its files name, and the tasks it can run with
-`masque run --task TASK --model DIR`. The model is loaded, so a folder that passes also runs.
+positions, the special tokens, the tokenizer its files name, the tasks it can run with
+`masque run --task TASK --model DIR`, and the type each linear layer's matmul runs in when the
+model is loaded with `model.matmul_dtype=TYPE` (int8 keeps narrow layers f32; --json lists
+them). The model is loaded, so a folder that passes also runs.
 
 Examples:
   masque inspect ../shared/models/stories260k
   masque inspect ../shared/models/tiny-gpt2 --tokenizer ../shared/tokenizers/gpt2 --json
+  masque inspect bench-models/gpt2-small --matmul-dtype int8
 )";
+
+// The matmul_dtype parameter of `plugin`, or null when it has none.
+const ParamSpec* matmul_dtype_param(const PluginDescriptor& plugin) {
+  for (std::uint32_t i = 0; i < plugin.num_params; ++i)
+    if (std::string_view(plugin.params[i].name) == "matmul_dtype") return &plugin.params[i];
+  return nullptr;
+}
+
+// The linear layers' matmul types: the one-line summary, counts, and each layer.
+json matmuls_json(const Model& model, const std::string& asked) {
+  const auto* transformer = dynamic_cast<const transformer::TransformerModel*>(&model);
+  if (!transformer) return nullptr;
+  const transformer::LinearList layers = transformer->linear_layers();
+  json list = json::array();
+  std::map<std::string, int> counts;
+  for (const auto& [name, linear] : layers) {
+    // The names matmul_dtype takes.
+    const DType compute = linear->compute();
+    const std::string type = compute == DType::i8     ? "int8"
+                             : compute == DType::bf16 ? "bf16"
+                                                      : "f32";
+    ++counts[type];
+    list.push_back({{"name", name},
+                    {"in", linear->in_features()},
+                    {"out", linear->out_features()},
+                    {"dtype", type}});
+  }
+  json j{{"asked", asked},
+         {"summary", transformer::matmul_summary(layers)},
+         {"layers", layers.size()},
+         {"by_dtype", counts}};
+  if (asked == "int8")
+    j["int8_rule"] = {{"min_inputs", kInt8MinInputs},
+                      {"min_outputs", kInt8MinOutputs},
+                      {"min_weights", kInt8MinWeights}};
+  j["list"] = list;
+  return j;
+}
 
 std::string human_bytes(std::uint64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -126,7 +169,8 @@ json tasks_json(ModelKind kind) {
   return tasks;
 }
 
-json inspect(const fs::path& dir, const fs::path& tokenizer_dir, const Registry& registry) {
+json inspect(const fs::path& dir, const fs::path& tokenizer_dir, const std::string& matmul_dtype,
+             const Registry& registry) {
   const FolderArchitecture architecture = read_architecture(dir);
   const PluginEntry& plugin = model_plugin_for(dir, registry);
   json j;
@@ -139,6 +183,17 @@ json inspect(const fs::path& dir, const fs::path& tokenizer_dir, const Registry&
   const auto tokenizer = open_tokenizer(tokenizer_dir, registry, tokenizer_info);
   Params params = default_params(*plugin.descriptor);
   params.set("path", dir.string());
+  if (!matmul_dtype.empty()) {
+    const ParamSpec* spec = matmul_dtype_param(*plugin.descriptor);
+    if (!spec)
+      throw ConfigError("masque inspect: --matmul-dtype: the model plugin '" +
+                        std::string(plugin.descriptor->name) + "' has no matmul_dtype parameter");
+    if (spec->choices && ("|" + std::string(spec->choices) + "|").find("|" + matmul_dtype + "|") ==
+                             std::string::npos)
+      throw ConfigError("masque inspect: --matmul-dtype: expected one of " +
+                        std::string(spec->choices) + ", got '" + matmul_dtype + "'");
+    params.set("matmul_dtype", matmul_dtype);
+  }
   std::unique_ptr<Plugin> created = registry.create(plugin, params);
   const ModelInfo& info = static_cast<Model&>(*created).info();
   j["kind"] = model_kind_name(info.kind);
@@ -150,6 +205,9 @@ json inspect(const fs::path& dir, const fs::path& tokenizer_dir, const Registry&
   j["special_tokens"] = special_tokens_json(info, tokenizer.get());
   j["tokenizer"] = tokenizer_info;
   j["tasks"] = tasks_json(info.kind);
+  const json matmuls =
+      matmuls_json(static_cast<Model&>(*created), matmul_dtype.empty() ? "f32" : matmul_dtype);
+  if (!matmuls.is_null()) j["matmuls"] = matmuls;
   return j;
 }
 
@@ -202,6 +260,8 @@ void print_text(const json& j) {
                     : "",
                 t["vocab_size"].get<int>());
   std::printf("tasks           %s\n", join(j["tasks"]).c_str());
+  if (j.contains("matmuls"))
+    std::printf("matmuls         %s\n", j["matmuls"]["summary"].get<std::string>().c_str());
 }
 
 }  // namespace
@@ -210,7 +270,10 @@ int cmd_inspect(int argc, char** argv) {
   po::options_description o("Options");
   o.add_options()("help,h", "this help")("tokenizer", po::value<std::string>(),
                                          "the folder holding the tokenizer files (default: DIR)")(
-      "json", po::bool_switch(), "print one JSON object instead of the text");
+      "json", po::bool_switch(), "print one JSON object instead of the text")(
+      "matmul-dtype", po::value<std::string>(),
+      "load the model with this matmul_dtype (f32, bf16 or int8) and report the type each linear "
+      "layer runs in");
   po::options_description hidden;
   hidden.add_options()("dir", po::value<std::string>());
   po::positional_options_description pos;
@@ -227,7 +290,9 @@ int cmd_inspect(int argc, char** argv) {
       vm.count("tokenizer") ? fs::absolute(vm["tokenizer"].as<std::string>()).lexically_normal()
                             : dir;
   auto registry = open_registry(false);
-  const json j = inspect(dir, tokenizer_dir, *registry);
+  const std::string matmul_dtype =
+      vm.count("matmul-dtype") ? vm["matmul-dtype"].as<std::string>() : "";
+  const json j = inspect(dir, tokenizer_dir, matmul_dtype, *registry);
   if (vm["json"].as<bool>())
     std::cout << j.dump(2) << "\n";
   else

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "masque/error.hpp"
+#include "masque/transformer/model.hpp"
 #include "tasks/task.hpp"
 
 namespace masque::cli {
@@ -121,16 +122,37 @@ void open_streams(const po::variables_map& vm, Streams& s) {
   }
 }
 
-void report_summary(const Task& task, const RunStats& stats, const RunOptions& options) {
+namespace {
+
+// "int8: 24 of 36 linear layers; 12 kept f32 (...)" for a Transformer model loaded with a
+// matmul_dtype other than f32, else "".
+std::string matmuls_of(const Model* model) {
+  const auto* transformer = dynamic_cast<const transformer::TransformerModel*>(model);
+  if (!transformer) return "";
+  const transformer::LinearList layers = transformer->linear_layers();
+  const bool all_f32 = std::all_of(layers.begin(), layers.end(), [](const auto& layer) {
+    return layer.second->requested() == DType::f32;
+  });
+  return all_f32 ? "" : transformer::matmul_summary(layers);
+}
+
+}  // namespace
+
+void report_summary(const Task& task, const RunStats& stats, const RunOptions& options,
+                    const Model* model) {
+  const std::string matmuls = matmuls_of(model);
   if (!options.summary_file.empty()) {
     std::ofstream f(options.summary_file);
-    f << summary_json(task, stats).dump(2) << "\n";
+    nlohmann::ordered_json j = summary_json(task, stats);
+    if (!matmuls.empty()) j["matmuls"] = matmuls;
+    f << j.dump(2) << "\n";
     if (!f)
       std::fprintf(stderr, "masque: cannot write the summary to %s\n",
                    options.summary_file.c_str());
   }
   if (options.quiet) return;
   std::fputs(summary_text(task, stats).c_str(), stderr);
+  if (!matmuls.empty()) std::fprintf(stderr, "masque: matmuls %s\n", matmuls.c_str());
   std::fprintf(stderr, "masque: %d worker thread%s, %d oneDNN thread%s each\n", options.threads,
                options.threads == 1 ? "" : "s", options.intra_threads,
                options.intra_threads == 1 ? "" : "s");
@@ -166,7 +188,7 @@ int run_pipeline(const Pipeline& pipeline, const Registry& registry, const po::v
   std::unique_ptr<Task> task = create_task(pipeline, plugins);
   install_signal_handlers();
   RunStats stats = run_corpus(*task, streams.in, streams.out, options);
-  report_summary(*task, stats, options);
+  report_summary(*task, stats, options, plugins.model.get());
   return finish_run(stats);
 }
 

@@ -9,6 +9,7 @@
 #include <boost/program_options.hpp>
 
 #include "masque/dist.hpp"
+#include "masque/model.hpp"
 #include "pipeline.hpp"
 #include "registry.hpp"
 #include "run/runner.hpp"
@@ -44,8 +45,10 @@ struct Streams {
 };
 void open_streams(const po::variables_map& vm, Streams& streams);
 
-// Writes --summary and prints the summary on stderr (unless --quiet).
-void report_summary(const Task& task, const RunStats& stats, const RunOptions& options);
+// Writes --summary and prints the summary on stderr (unless --quiet), with the matmul types of
+// `model`'s linear layers when it was asked for bf16 or int8 (int8 keeps narrow layers f32).
+void report_summary(const Task& task, const RunStats& stats, const RunOptions& options,
+                    const Model* model = nullptr);
 // The exit code of a finished run; a run that stopped early ends the process here (its
 // workers may still be busy) after saying why.
 int finish_run(const RunStats& stats);

@@ -322,7 +322,7 @@ int sharded(const Job& job) {
       RunStats stats = merge_figures(parts, shards, *total);
       stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
       parts.assemble(shards, out);
-      report_summary(*total, stats, options);
+      report_summary(*total, stats, options, plugins.model.get());
       code = stats.failed ? kExitRecordsFailed : kExitOk;
     } else {
       for (const auto& f : failures) std::fprintf(stderr, "masque: %s\n", f.c_str());
@@ -485,7 +485,7 @@ int run_one_shard(const Pipeline& pipeline, const Registry& registry, const po::
   if (!temp.empty()) fs::rename(temp, out);
   auto total = create_task(pipeline, plugins);
   total->merge_summary_state(o.figures["state"]);
-  report_summary(*total, o.stats, options);
+  report_summary(*total, o.stats, options, plugins.model.get());
   return finish_run(o.stats);
 }
 
@@ -556,7 +556,7 @@ int run_single(const Pipeline& pipeline, const Registry& registry, const po::var
   fs::remove_all(parts.path());
   auto total = create_task(pipeline, plugins);
   total->merge_summary_state(o.figures["state"]);
-  report_summary(*total, o.stats, options);
+  report_summary(*total, o.stats, options, plugins.model.get());
   return finish_run(o.stats);
 }
 

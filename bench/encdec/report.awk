@@ -2,6 +2,8 @@
 #   TIME <config> <engine> <lines> <wall s> <cpu s>     one per process run
 #   PEER <config> <CTranslate2 lines/s>                  published figure
 #   CHECK <config or decoder> <what> <yes|NO>            output comparisons
+# Engines: masque-t<N>, pytorch-t1; with a CTranslate2 peer also masque-int8-t<N>,
+# ct2-float32-t<N>, ct2-int8-t<N>.
 # Variables: runs, threads (the masque --threads values, space separated).
 # A config is "<decoder>-b<batch size>"; the batch 32 ones carry the CTranslate2 target.
 
@@ -70,6 +72,28 @@ END {
     "fastest masque -t.\n", t[1]
   printf "masque outputs identical across threads, batch sizes and runs: greedy %s, beam 4 %s\n",
     check["greedy", "masque-all"], check["beam4", "masque-all"]
+
+  # The measured CTranslate2 peer (CT2_TRANSLATOR / CT2_MODEL), when it ran.
+  if (count["greedy-b1" SUBSEP "ct2-float32-t" t[1]]) {
+    printf "\nCTranslate2 measured in this run: lines/s, whole process, median of %d runs\n", runs
+    printf "%-11s %4s %14s %14s %8s %14s %14s %8s %9s\n", "config", "-t", "masque f32",
+      "CT2 float32", "ratio", "masque int8", "CT2 int8", "ratio", "= CT2"
+    for (c = 1; c <= configs; c++) {
+      name = order[c]
+      for (i = 1; i <= nt; i++) {
+        mf = rate(name, "masque-t" t[i]); cf = rate(name, "ct2-float32-t" t[i])
+        mi = rate(name, "masque-int8-t" t[i]); ci = rate(name, "ct2-int8-t" t[i])
+        printf "%-11s %4s %14.0f %14.0f %7.2fx %14.0f %14.0f %7.2fx %9s\n", name, t[i], mf, cf,
+          cf ? mf / cf : 0, mi, ci, ci ? mi / ci : 0, i == 1 ? check[name, "vs-ct2"] : ""
+        if (name ~ /-b32$/) ct2_f32_ok = (ct2_f32_ok == "" ? 1 : ct2_f32_ok) && cf && mf >= 4 * cf
+        int8_ok = (int8_ok == "" ? 1 : int8_ok) && mi >= mf
+      }
+    }
+    printf "  issue 23: masque >= 4x CTranslate2 in every f32 cell at batch 32: %s\n",
+      verdict(ct2_f32_ok)
+    printf "  issue 23: masque int8 >= masque f32 everywhere: %s (not a target of this script)\n",
+      verdict(int8_ok)
+  }
 
   printf "\ntargets\n"
   all = 1

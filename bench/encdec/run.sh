@@ -12,7 +12,16 @@
 #                TORCH_LINES=0 (PyTorch translates only the first N lines; 0 = all),
 #                KEEP=0 (1 = keep the outputs and raw timings in $BUILD_DIR/bench/encdec),
 #                OPENBLAS_DIR (OpenBLAS's libblas.so.3 for PyTorch; default where
-#                bench/fetch-openblas.sh BUILD_DIR unpacks it, else the system's BLAS)
+#                bench/fetch-openblas.sh BUILD_DIR unpacks it, else the system's BLAS),
+#                CT2_TRANSLATOR, CT2_MODEL (optional CTranslate2 peer, below)
+#
+# CTranslate2 peer: when CT2_TRANSLATOR (a `ct2-translator` binary, CTranslate2's C++ client)
+# and CT2_MODEL (aren-transliteration converted to a CTranslate2 model folder) are both set,
+# every round also runs it on the same lines, float32 and int8, at each --threads value (as
+# inter_threads, one intra-op thread each, like masque's workers), and masque with
+# model.matmul_dtype=int8, and the report adds measured masque/CTranslate2 ratios. Nothing of
+# CTranslate2 is part of the project; unset, the peer is skipped. (Written from CTranslate2's
+# cli/translator.cc options; not run against a real CTranslate2 here, which is not installed.)
 #
 # Each round runs, per configuration, masque at every thread count and then PyTorch, so that
 # both see the same machine load. `--threads N` runs N batches in parallel with one oneDNN
@@ -45,6 +54,16 @@ masque=$build/bin/masque
 "$python" -c 'import torch' 2>/dev/null ||
   { echo "run.sh: $python cannot import torch (apt-get install python3-torch)" >&2; exit 2; }
 
+ct2=""
+if [ -n "${CT2_TRANSLATOR:-}" ] || [ -n "${CT2_MODEL:-}" ]; then
+  [ -x "${CT2_TRANSLATOR:-}" ] ||
+    { echo "run.sh: CT2_TRANSLATOR='${CT2_TRANSLATOR:-}' is not an executable" >&2; exit 2; }
+  [ -f "${CT2_MODEL:-}/model.bin" ] ||
+    { echo "run.sh: CT2_MODEL='${CT2_MODEL:-}' holds no model.bin (a CTranslate2 model folder)" >&2
+      exit 2; }
+  ct2=$CT2_TRANSLATOR
+fi
+
 work=$build/bench/encdec
 rm -rf "$work"
 mkdir -p "$work"
@@ -57,13 +76,16 @@ if [ "$torch_lines" -gt 0 ] && [ "$torch_lines" -lt "$lines" ]; then
 fi
 torch_count=$(wc -l <"$torch_input")
 
-# name | masque settings | reference settings | CTranslate2 4.8.1 lines/s (published)
+# name | masque settings | reference settings | CTranslate2 4.8.1 lines/s (published) |
+# ct2-translator settings (translate.yaml's beam search: length penalty 1, 1..256 new tokens)
 configs=(
-  "greedy-b1|--set decoder.plugin=greedy --set task.max_batch_size=1|--beam-size 1 --batch-size 1|1480"
-  "greedy-b32|--set decoder.plugin=greedy --set task.max_batch_size=32|--beam-size 1 --batch-size 32|2900"
-  "beam4-b1|--set decoder.beam_size=4 --set task.max_batch_size=1|--beam-size 4 --batch-size 1|720"
-  "beam4-b32|--set decoder.beam_size=4 --set task.max_batch_size=32|--beam-size 4 --batch-size 32|1030"
+  "greedy-b1|--set decoder.plugin=greedy --set task.max_batch_size=1|--beam-size 1 --batch-size 1|1480|--beam_size 1 --batch_size 1"
+  "greedy-b32|--set decoder.plugin=greedy --set task.max_batch_size=32|--beam-size 1 --batch-size 32|2900|--beam_size 1 --batch_size 32"
+  "beam4-b1|--set decoder.beam_size=4 --set task.max_batch_size=1|--beam-size 4 --batch-size 1|720|--beam_size 4 --batch_size 1"
+  "beam4-b32|--set decoder.beam_size=4 --set task.max_batch_size=32|--beam-size 4 --batch-size 32|1030|--beam_size 4 --batch_size 32"
 )
+ct2_common=(--length_penalty 1 --max_decoding_length 256 --min_decoding_length 1
+  --batch_type examples --intra_threads 1 --device cpu)
 
 # Runs a command, appends "TIME <label> <lines> <wall s> <cpu s>" to the timings file.
 timed() {
@@ -78,18 +100,29 @@ timed() {
 }
 
 for config in "${configs[@]}"; do
-  IFS='|' read -r name _ _ peer <<<"$config"
+  IFS='|' read -r name _ _ peer _ <<<"$config"
   echo "PEER $name $peer" >>"$work/timings"
 done
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((r = 1; r <= runs; r++)); do
   for config in "${configs[@]}"; do
-    IFS='|' read -r name masque_args torch_args _ <<<"$config"
+    IFS='|' read -r name masque_args torch_args _ ct2_args <<<"$config"
     for t in $threads; do
       # shellcheck disable=SC2086  # the settings are meant to split into words
       timed "$name masque-t$t" "$lines" "$masque" run "$root/pipelines/translate.yaml" \
         -i "$input" -o "$work/$name-masque-t$t-r$r.txt" --format text -q --threads "$t" \
         $masque_args
+      [ -n "$ct2" ] || continue
+      # shellcheck disable=SC2086
+      timed "$name masque-int8-t$t" "$lines" "$masque" run "$root/pipelines/translate.yaml" \
+        -i "$input" -o "$work/$name-masque-int8-t$t-r$r.txt" --format text -q --threads "$t" \
+        --set model.matmul_dtype=int8 $masque_args
+      for ct in float32 int8; do
+        # shellcheck disable=SC2086
+        timed "$name ct2-$ct-t$t" "$lines" "$ct2" --model "$CT2_MODEL" --src "$input" \
+          --out "$work/$name-ct2-$ct-t$t-r$r.txt" --compute_type "$ct" --inter_threads "$t" \
+          "${ct2_common[@]}" $ct2_args
+      done
     done
     # shellcheck disable=SC2086
     timed "$name pytorch-t1" "$torch_count" "${torch_env[@]}" "$python" "$here/reference_torch.py" --threads 1 \
@@ -107,6 +140,9 @@ for config in "${configs[@]}"; do
   IFS='|' read -r name _ <<<"$config"
   head -n "$torch_count" "$work/$name-masque-t$first_t-r1.txt" >"$work/masque-head.txt"
   echo "CHECK $name vs-pytorch $(same "$work/masque-head.txt" "$work/$name-pytorch-t1-r1.txt")"
+  [ -z "$ct2" ] ||
+    echo "CHECK $name vs-ct2 $(same "$work/$name-masque-t$first_t-r1.txt" \
+      "$work/$name-ct2-float32-t$first_t-r1.txt")"
 done >>"$work/timings"
 for decoder in greedy beam4; do
   reference=$work/$decoder-b1-masque-t$first_t-r1.txt
@@ -128,4 +164,5 @@ echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *
 echo "input: $input ($lines lines; PyTorch: $torch_count)"
 echo "masque: $masque (threads: $threads); PyTorch $("$python" -c 'import torch; print(torch.__version__)') (1 thread; BLAS: $torch_blas)"
 echo
+[ -z "$ct2" ] || echo "CTranslate2 peer: $ct2 --model $CT2_MODEL (measured in this run)"
 awk -v runs="$runs" -v threads="$threads" -f "$here/report.awk" "$work/timings"

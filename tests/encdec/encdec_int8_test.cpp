@@ -53,7 +53,12 @@ TEST_CASE("int8 and bf16 matmuls: teacher-forced log-probs near examples.jsonl",
     const LoadedModel model = load_with(dtype);
     const double worst = worst_log_prob_error(*model);
     std::printf("encoder-decoder %s: log-probs within %.2e of the reference\n", dtype, worst);
-    CHECK(worst > kNotF32);
+    // int8_pays() keeps every matmul of this 32-wide model f32 (int8 would be slower): its
+    // int8 is its f32. bf16 has no such rule.
+    if (std::string(dtype) == "int8")
+      CHECK(worst <= kNotF32);
+    else
+      CHECK(worst > kNotF32);
     CHECK(worst <= kInt8Tolerance);
   }
 }

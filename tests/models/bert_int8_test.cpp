@@ -102,7 +102,9 @@ TEST_CASE("bert int8 matmuls stay near the float64 reference under every mask", 
     const MaxErrors err = errors(*int8, reference(model), mask);
     std::printf("%s / %s int8: max |error| logits %.2e, logsumexp %.2e, hidden %.2e\n",
                 model.c_str(), mask.c_str(), err.logits, err.logsumexp, err.hidden);
-    CHECK(err.logits > kNotF32);
+    // int8_pays() keeps every matmul of these 32-wide models f32 (int8 would be slower, the
+    // 32-input decoder included): their int8 is their f32.
+    CHECK(err.logits <= kNotF32);
     CHECK(err.within_tolerance());
   }
 }

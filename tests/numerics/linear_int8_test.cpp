@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "masque/error.hpp"
@@ -158,4 +159,47 @@ TEST_CASE("int8 Linear: zero rows give the bias, non-finite rows give NaN rows",
   Tensor bad = random_tensor({8, 32}, 103);
   bad.f32()[3] = std::numeric_limits<float>::quiet_NaN();
   CHECK_THROWS_AS(Linear(bad, Tensor(), {.compute = DType::i8}), RuntimeError);
+}
+
+TEST_CASE("int8 where it pays: small layers stay f32, large ones run int8",
+          "[numerics][linear][int8]") {
+  CHECK_FALSE(int8_pays(32, 50257));  // tiny-gpt2's head: too few inputs
+  CHECK_FALSE(int8_pays(768, 43));    // a small vocabulary: too few outputs
+  CHECK_FALSE(int8_pays(172, 64));    // stories260k's down projection: too few weights
+  CHECK(int8_pays(kInt8MinInputs, kInt8MinWeights / kInt8MinInputs));
+  CHECK_FALSE(int8_pays(kInt8MinInputs - 1, 4096));
+  CHECK_FALSE(int8_pays(4096, kInt8MinOutputs - 1));
+  CHECK(int8_pays(768, 3072));
+  CHECK_THAT(kInt8Rule, Catch::Contains(std::to_string(kInt8MinInputs) + " inputs") &&
+                            Catch::Contains(std::to_string(kInt8MinOutputs) + " outputs") &&
+                            Catch::Contains(std::to_string(kInt8MinWeights) + " weights"));
+
+  const Tensor narrow_w = random_tensor({40, 32}, 111), narrow_b = random_tensor({40}, 112);
+  const Linear narrow(narrow_w, narrow_b, {.compute = DType::i8}, Int8Policy::where_it_pays);
+  CHECK(narrow.requested() == DType::i8);
+  CHECK(narrow.compute() == DType::f32);
+  // Kept f32, it is the f32 layer exactly.
+  const Tensor x = random_tensor({5, 32}, 113);
+  Tensor y, y32;
+  narrow.forward(x, y);
+  Linear(narrow_w, narrow_b).forward(x, y32);
+  CHECK(std::memcmp(y.f32(), y32.f32(), y.bytes()) == 0);
+  // Int8Policy::always (the default) runs int8 whatever the size.
+  CHECK(Linear(narrow_w, narrow_b, {.compute = DType::i8}).compute() == DType::i8);
+
+  const std::int64_t in = kInt8MinInputs, out = kInt8MinWeights / kInt8MinInputs + 8;
+  const Tensor wide_w = random_tensor({out, in}, 114), wide_b = random_tensor({out}, 115);
+  const Linear wide(wide_w, wide_b, {.compute = DType::i8}, Int8Policy::where_it_pays);
+  CHECK(wide.requested() == DType::i8);
+  CHECK(wide.compute() == DType::i8);
+  const Tensor xw = random_tensor({3, in}, 116);
+  wide.forward(xw, y);
+  CHECK(relative_error(y, reference_int8(xw, wide_w, wide_b, Activation::none)) <= kTol);
+  // Concatenated projections are judged by their total size: two halves too small alone.
+  const Tensor halves[] = {random_tensor({out / 2, in}, 117), random_tensor({out / 2, in}, 118)};
+  CHECK_FALSE(int8_pays(in, out / 2));
+  CHECK(Linear::concat(halves, {}, {.compute = DType::i8}, Int8Policy::where_it_pays).compute() ==
+        DType::i8);
+  // f32 is not affected.
+  CHECK(Linear(narrow_w, narrow_b, {}, Int8Policy::where_it_pays).compute() == DType::f32);
 }

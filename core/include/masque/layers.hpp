@@ -46,6 +46,26 @@ struct LinearOptions {
 // weights keep those sums exact.
 BOOST_SYMBOL_VISIBLE int int8_weight_levels();
 
+// Whether an int8 layer of this shape is faster than f32 at every row count (the rule the models
+// apply to `matmul_dtype=int8`, layer by layer at load: a layer that fails it stays f32). An int8
+// call adds two passes to the product, quantizing the input rows (rows x in) and scaling the
+// output rows (rows x out), and a second oneDNN call; only a large enough product pays for them:
+// at least kInt8MinInputs inputs, kInt8MinOutputs outputs and kInt8MinWeights weights. Shape
+// only, never timing, so a run's output does not depend on machine noise. bench/int8 measured
+// the thresholds (AMD Zen 4, AVX-512 VNNI): every shape inside them ran int8 at <= 0.80 of f32
+// at 1 to 512 rows; 64 x 256 and 64 x 1024 came out even at one row, 32 x 32 and 64 x 64 up to
+// 2x slower.
+inline constexpr std::int64_t kInt8MinInputs = 128;
+inline constexpr std::int64_t kInt8MinOutputs = 64;
+inline constexpr std::int64_t kInt8MinWeights = 1 << 15;
+// Why a layer failed the rule, as inspect and the run summary say it.
+inline constexpr const char* kInt8Rule = "fewer than 128 inputs, 64 outputs or 32768 weights";
+BOOST_SYMBOL_VISIBLE bool int8_pays(std::int64_t in, std::int64_t out);
+
+// What LinearOptions::compute = i8 means for one layer: int8 always, or int8 where int8_pays()
+// and f32 elsewhere (what the models' matmul_dtype=int8 does).
+enum class Int8Policy : std::uint8_t { always, where_it_pays };
+
 // y = act(x W^T + b). The weight is packed once, at construction, into oneDNN's preferred
 // layout and type (a copy: the source tensor, e.g. a mapped file, may go away). oneDNN primitives
 // are created once per (rows, thread count) and reused.
@@ -54,17 +74,21 @@ class BOOST_SYMBOL_VISIBLE Linear {
   Linear() = default;
   // `weight` F32/F16/BF16 in `options.layout`; `bias` [out] or empty.
   Linear(const Tensor& weight, const Tensor& bias = {}, LinearOptions options = {});
+  Linear(const Tensor& weight, const Tensor& bias, LinearOptions options, Int8Policy policy);
   // Several projections of the same input as one matmul (e.g. q, k, v): the weights (all
   // [out_i, in] or all [in, out_i] as `options.layout` says) are concatenated along `out`, and so
   // are the biases (all given or all empty). The output columns follow the order given.
   static Linear concat(std::span<const Tensor> weights, std::span<const Tensor> biases,
                        LinearOptions options = {});
+  static Linear concat(std::span<const Tensor> weights, std::span<const Tensor> biases,
+                       LinearOptions options, Int8Policy policy);
 
   bool empty() const { return impl_ == nullptr; }
   std::int64_t in_features() const;
   std::int64_t out_features() const;
   Activation activation() const;
-  DType compute() const;  // LinearOptions::compute
+  DType compute() const;    // the type its matmul runs in
+  DType requested() const;  // LinearOptions::compute as asked (i8 may run in f32: Int8Policy)
   // Whether a one-row product (decoding) streams the packed weights with masque's own kernel
   // rather than oneDNN's matmul: f32 layers on AVX-512, where that kernel was checked at load to
   // give oneDNN's numbers bit for bit (so a row's result does not depend on its batch).

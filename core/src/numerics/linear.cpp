@@ -127,6 +127,7 @@ dnnl::convolution_forward::desc one_by_one(std::int64_t rows, std::int64_t in, s
 struct Linear::Impl {
   std::int64_t in = 0, out = 0;
   Activation activation = Activation::none;
+  DType requested = DType::f32;      // LinearOptions::compute
   dt compute = dt::f32;              // input and weight type
   bool convolution = false;          // a 1x1 convolution rather than a matmul (see above)
   std::vector<float> weight_scales;  // s8: one per output feature
@@ -464,7 +465,14 @@ std::unique_ptr<numerics::RowProduct> Linear::Impl::make_row_product() const {
   return product->calibrate(x.data(), reference.data()) ? std::move(product) : nullptr;
 }
 
-Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options) {
+bool int8_pays(std::int64_t in, std::int64_t out) {
+  return in >= kInt8MinInputs && out >= kInt8MinOutputs && in * out >= kInt8MinWeights;
+}
+
+Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options)
+    : Linear(weight, bias, options, Int8Policy::always) {}
+
+Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options, Int8Policy policy) {
   if (weight.rank() != 2 || weight.dtype() == DType::i32)
     throw RuntimeError("Linear: the weight must be a 2-D floating-point tensor, got " +
                        std::string(to_string(weight.dtype())) + " " + to_string(weight.shape()));
@@ -473,6 +481,10 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options) 
   impl->in = weight.dim(out_in ? 1 : 0);
   impl->out = weight.dim(out_in ? 0 : 1);
   impl->activation = options.activation;
+  impl->requested = options.compute;
+  if (options.compute == DType::i8 && policy == Int8Policy::where_it_pays &&
+      !int8_pays(impl->in, impl->out))
+    options.compute = DType::f32;
   impl->compute = compute_type(options.compute);
   if (impl->in == 0 || impl->out == 0)
     throw RuntimeError("Linear: empty weight " + to_string(weight.shape()));
@@ -519,6 +531,11 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options) 
 
 Linear Linear::concat(std::span<const Tensor> weights, std::span<const Tensor> biases,
                       LinearOptions options) {
+  return concat(weights, biases, options, Int8Policy::always);
+}
+
+Linear Linear::concat(std::span<const Tensor> weights, std::span<const Tensor> biases,
+                      LinearOptions options, Int8Policy policy) {
   if (weights.empty()) throw RuntimeError("Linear::concat: no weights");
   if (!biases.empty() && biases.size() != weights.size())
     throw RuntimeError("Linear::concat: " + std::to_string(biases.size()) + " biases for " +
@@ -556,7 +573,7 @@ Linear Linear::concat(std::span<const Tensor> weights, std::span<const Tensor> b
       o += f.numel();
     }
   }
-  return Linear(w, b, options);
+  return Linear(w, b, options, policy);
 }
 
 std::int64_t Linear::in_features() const {
@@ -574,6 +591,9 @@ bool Linear::streams_one_row() const {
 DType Linear::compute() const {
   if (!impl_ || impl_->compute == dt::f32) return DType::f32;
   return impl_->compute == dt::bf16 ? DType::bf16 : DType::i8;
+}
+DType Linear::requested() const {
+  return impl_ ? impl_->requested : DType::f32;
 }
 
 namespace {

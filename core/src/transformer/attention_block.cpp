@@ -106,4 +106,11 @@ void Attention::attend_memory(const Tensor& h, Workspace& ws, const KvCache& cac
   out_.forward(ws.context, y);
 }
 
+void Attention::list_linears(const std::string& prefix, LinearList& out) const {
+  // Cross-attention's first projection is the query alone (its keys and values are kv_).
+  out.emplace_back(prefix + (kv_.empty() ? "qkv" : "q"), &qkv_);
+  if (!kv_.empty()) out.emplace_back(prefix + "kv", &kv_);
+  out.emplace_back(prefix + "out", &out_);
+}
+
 }  // namespace masque::transformer

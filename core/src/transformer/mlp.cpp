@@ -45,4 +45,9 @@ void Mlp::forward(const Tensor& h, Workspace& ws, Tensor& y) const {
   out_.forward(ws.gated, y);
 }
 
+void Mlp::list_linears(const std::string& prefix, LinearList& out) const {
+  out.emplace_back(prefix + (kind_ == MlpKind::plain ? "in" : "gate_up"), &in_);
+  out.emplace_back(prefix + "out", &out_);
+}
+
 }  // namespace masque::transformer

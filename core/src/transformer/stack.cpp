@@ -83,4 +83,20 @@ void Head::forward(const Tensor& hidden, Workspace& ws, Tensor& logits) const {
   if (logit_scale_ != 1.0f) scale(logits, logit_scale_);
 }
 
+void Block::list_linears(const std::string& prefix, LinearList& out) const {
+  attention_.list_linears(prefix + "self_attention.", out);
+  if (has_cross_) cross_.list_linears(prefix + "cross_attention.", out);
+  mlp_.list_linears(prefix + "mlp.", out);
+}
+
+void Stack::list_linears(const std::string& prefix, LinearList& out) const {
+  for (std::size_t i = 0; i < blocks_.size(); ++i)
+    blocks_[i].list_linears(prefix + std::to_string(i) + ".", out);
+}
+
+void Head::list_linears(const std::string& prefix, LinearList& out) const {
+  if (!transform_.empty()) out.emplace_back(prefix + "transform", &transform_);
+  if (!output_.empty()) out.emplace_back(prefix + "output", &output_);
+}
+
 }  // namespace masque::transformer

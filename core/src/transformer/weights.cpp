@@ -23,7 +23,8 @@ Tensor as_vector(Tensor bias) {
 
 Linear WeightReader::linear(const LinearSpec& spec, Activation activation) const {
   return Linear(tensor(spec.weight), as_vector(tensor(spec.bias)),
-                {.activation = activation, .layout = spec.layout, .compute = compute_});
+                {.activation = activation, .layout = spec.layout, .compute = compute_},
+                Int8Policy::where_it_pays);
 }
 
 Linear WeightReader::fused(std::span<const LinearSpec> specs, Activation activation) const {
@@ -40,7 +41,8 @@ Linear WeightReader::fused(std::span<const LinearSpec> specs, Activation activat
   }
   return Linear::concat(
       weights, biases,
-      {.activation = activation, .layout = specs.front().layout, .compute = compute_});
+      {.activation = activation, .layout = specs.front().layout, .compute = compute_},
+      Int8Policy::where_it_pays);
 }
 
 Norm::Norm(const NormSpec& spec, const WeightReader& weights)

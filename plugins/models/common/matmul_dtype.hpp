@@ -19,12 +19,17 @@ inline constexpr ParamSpec kMatmulDtypeParam{
         "(attention, norms and activations stay f32): f32 (exact); bf16 for half the "
         "weight memory and AMX / AVX-512 BF16 speed at about 3 significant digits (logits "
         "differ from f32 by ~1e-2; needs AVX-512, elsewhere loading fails with a clear "
-        "error); int8 for a quarter of the weight memory and AMX / VNNI int8 speed: weights "
+        "error); int8 for a quarter of the weight memory and AMX / VNNI int8 speed in the "
+        "linear layers with at least 128 inputs, 64 outputs and 32768 weights; smaller layers "
+        "stay f32, because there quantizing the inputs and scaling the outputs cost more than "
+        "int8 saves (a rule on shapes, decided at load, never on timings; `masque inspect "
+        "--matmul-dtype int8` and the run summary say which layers run int8): weights "
         "quantized per output feature at load (to 7 bits on CPUs without VNNI, whose int8 "
         "kernels would otherwise saturate), each input row per call with its own scale "
-        "(results still independent of the batch), about 2 significant digits (stories260k's NLL "
-        "moves by up to 0.03 nats per token; a small "
-        "transliteration model changes 10% of its greedy outputs: check on your data)",
+        "(results still independent of the batch), about 2 significant digits in those layers "
+        "(with every layer int8, stories260k's NLL moved by up to 0.03 nats per token and a "
+        "small transliteration model changed 10% of its greedy outputs: check on your data; "
+        "the small models in ../shared run f32 throughout)",
     .choices = "f32|bf16|int8"};
 
 inline DType matmul_dtype(const Params& params) {

@@ -12,6 +12,8 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "masque/attention.hpp"
@@ -22,6 +24,9 @@
 #include "masque/transformer/spec.hpp"
 
 namespace masque::transformer {
+
+// The network's Linear layers, each named by where it sits ("decoder.3.self_attention.qkv").
+using LinearList = std::vector<std::pair<std::string, const Linear*>>;
 
 // Reads the tensors a spec names, each checked against its shape (ConfigError naming the file
 // and the tensor otherwise), into Linear layers of one compute type.
@@ -102,6 +107,7 @@ class Attention {
   void attend_memory(const Tensor& h, Workspace& ws, const KvCache& cache, std::int32_t layer,
                      const AttentionRecording* record, Tensor& y) const;
   std::int32_t heads() const { return dims_.heads; }
+  void list_linears(const std::string& prefix, LinearList& out) const;
 
  private:
   MaskView windowed(MaskView mask) const;
@@ -126,6 +132,7 @@ class Mlp {
   Mlp() = default;
   Mlp(const MlpSpec& spec, const WeightReader& weights);
   void forward(const Tensor& h, Workspace& ws, Tensor& y) const;
+  void list_linears(const std::string& prefix, LinearList& out) const;
 
  private:
   MlpKind kind_ = MlpKind::plain;
@@ -141,6 +148,7 @@ class Block {
   const Attention& self_attention() const { return attention_; }
   const Attention& cross_attention() const { return cross_; }
   bool has_cross_attention() const { return has_cross_; }
+  void list_linears(const std::string& prefix, LinearList& out) const;
 
  private:
   // x = x + f(norm(x)) or x = norm(x + f(x)).
@@ -185,6 +193,7 @@ class Stack {
   void run(Workspace& ws, const AttentionTarget& target) const;
   // The final norm of x into y (y = x when there is none, without a copy when it aliases).
   const Tensor& finish(const Tensor& x, Tensor& y) const;
+  void list_linears(const std::string& prefix, LinearList& out) const;
 
  private:
   Embeddings embeddings_;
@@ -200,6 +209,7 @@ class Head {
   bool empty() const { return output_.empty(); }
   std::int64_t vocab() const { return output_.out_features(); }
   void forward(const Tensor& hidden, Workspace& ws, Tensor& logits) const;
+  void list_linears(const std::string& prefix, LinearList& out) const;
 
  private:
   Linear transform_;
