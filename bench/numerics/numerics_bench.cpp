@@ -24,6 +24,7 @@
 #include <sys/mman.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "common/median_time.hpp"
 #include "masque/attention.hpp"
 #include "masque/layers.hpp"
 #include "masque/threading.hpp"
@@ -59,24 +60,8 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Median over `repeats` batches of the time per call; a batch runs long enough to be measured.
 double median_seconds(const Options& o, const std::function<void()>& run) {
-  run();  // warm-up: primitive creation, page faults
-  int calls = 1;
-  for (;;) {
-    const double t = now();
-    for (int i = 0; i < calls; ++i) run();
-    if (now() - t >= o.min_seconds / 4 || calls >= (1 << 20)) break;
-    calls *= 2;
-  }
-  std::vector<double> times;
-  for (int r = 0; r < o.repeats; ++r) {
-    const double t = now();
-    for (int i = 0; i < calls; ++i) run();
-    times.push_back((now() - t) / calls);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return bench::median_seconds(o.min_seconds, o.repeats, now, run);
 }
 
 bool selected(const Options& o, const char* kind, const std::string& shape) {
