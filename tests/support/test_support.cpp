@@ -6,10 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -35,8 +37,32 @@ fs::path plugin_dir() {
   return MASQUE_BUILD_PLUGIN_DIR;
 }
 
+namespace {
+
+// The running test case's name as one path component. CTest runs every test case in its own
+// process, so test cases of one file run in parallel and must not share scratch directories;
+// one test case never runs twice at once, so its name keeps reruns in the same place.
+std::string test_case_component() {
+  std::string name;
+  try {
+    name = Catch::getResultCapture().getCurrentTestName();
+  } catch (const std::exception&) {
+    return "pid_" + std::to_string(::getpid());  // outside a test case
+  }
+  std::string out;
+  for (char c : name) {
+    const bool plain = std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+    out += plain ? c : '_';
+  }
+  if (out.size() > 80)
+    out = out.substr(0, 80) + "_" + std::to_string(std::hash<std::string>{}(name));
+  return out;
+}
+
+}  // namespace
+
 fs::path scratch_dir(const std::string& name) {
-  fs::path dir = fs::path(MASQUE_TEST_OUTPUT_DIR) / "scratch" / name;
+  fs::path dir = fs::path(MASQUE_TEST_OUTPUT_DIR) / "scratch" / test_case_component() / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -44,7 +70,7 @@ fs::path scratch_dir(const std::string& name) {
 
 fs::path own_scratch_dir(const std::string& name) {
   static std::atomic<int> count{0};
-  return scratch_dir(name + "_" + std::to_string(::getpid()) + "_" + std::to_string(++count));
+  return scratch_dir(name + "_" + std::to_string(++count));
 }
 
 std::string read_file(const fs::path& path) {

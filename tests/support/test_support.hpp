@@ -16,10 +16,10 @@ std::filesystem::path shared_dir();  // ../shared (models, tokenizers, reference
 std::filesystem::path source_dir();  // the project root
 std::filesystem::path binary();      // the built masque executable
 std::filesystem::path plugin_dir();  // the build's plugin directory
-// A fresh, empty scratch directory for one test.
+// A fresh, empty scratch directory, private to the running test case (CTest runs the test
+// cases of one file in parallel processes, which must not clear each other's directories).
 std::filesystem::path scratch_dir(const std::string& name);
-// The same, private to this process and call: CTest runs the test cases of one file in
-// parallel processes, which must not clear each other's directories.
+// The same, and also distinct from every earlier call in this process.
 std::filesystem::path own_scratch_dir(const std::string& name);
 
 std::string read_file(const std::filesystem::path& path);
