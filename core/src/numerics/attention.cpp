@@ -138,10 +138,10 @@ MASQUE_VECTORIZE void scores_loop(const float* __restrict q, const float* __rest
   }
 }
 
-MASQUE_VECTORIZE void weighted_sum_loop(const float* __restrict p, const float* __restrict v,
-                                        std::int64_t ldv, std::int32_t n, std::int32_t d,
-                                        float* __restrict o) {
-  for (std::int32_t c = 0; c < d; ++c) o[c] = 0.0f;
+// o += sum_j p[j] v_j, key by key in order: a span summed run by run gives the same bits.
+MASQUE_VECTORIZE void weighted_sum_add(const float* __restrict p, const float* __restrict v,
+                                       std::int64_t ldv, std::int32_t n, std::int32_t d,
+                                       float* __restrict o) {
   for (std::int32_t j = 0; j < n; ++j) {
     const float pj = p[j];
     const float* vj = v + j * ldv;
@@ -238,14 +238,24 @@ void gather_keys(const Problem& p, const Tile& t, const std::vector<std::int32_t
   }
 }
 
-void mask_row_at(const Problem& p, const Tile& t, std::int32_t i,
-                 const std::vector<std::int32_t>& cols, float* s) {
-  for (std::size_t c = 0; c < cols.size(); ++c)
-    if (!p.mask.allowed(t.b, i, cols[c])) s[c] = kNegInf;
+// The runs [begin, end) of consecutive keys in `cols` (ascending): small tiles read a gapped
+// span in place run by run instead of packing it.
+struct KeyRun {
+  std::int32_t begin, end, offset;  // keys [begin, end) are columns offset.. of the scores
+};
+void key_runs(const std::vector<std::int32_t>& cols, std::vector<KeyRun>& runs) {
+  runs.clear();
+  for (std::size_t c = 0; c < cols.size(); ++c) {
+    if (runs.empty() || cols[c] != runs.back().end)
+      runs.push_back({cols[c], cols[c] + 1, static_cast<std::int32_t>(c)});
+    else
+      ++runs.back().end;
+  }
 }
 
 void run_tile(const Problem& p, const Tile& t, std::vector<float>& work) {
   thread_local std::vector<std::int32_t> cols;
+  thread_local std::vector<KeyRun> runs;
   thread_local std::vector<float> packed;
   const std::int32_t d = p.dims.head_dim;
   const auto [j0, j1] = key_span(p, t);
@@ -257,31 +267,41 @@ void run_tile(const Problem& p, const Tile& t, std::vector<float>& work) {
     if (p.probs && p.probs->data) write_probs(p, t, 0, 0, nullptr, nullptr);
     return;
   }
+  if (gathered)
+    key_runs(cols, runs);
+  else
+    runs.assign(1, {j0, j1, 0});
   work.resize(static_cast<std::size_t>(t.rows) * (n + 1));
   float* s = work.data();
   float* inv_sum = s + std::int64_t{t.rows} * n;
-  if (gathered) gather_keys(p, t, cols, packed);
-  const float* k = gathered ? packed.data() : p.k_base(t) + std::int64_t{j0} * p.k.token_stride;
-  const float* v = gathered ? packed.data() + std::int64_t{n} * d
-                            : p.v_base(t) + std::int64_t{j0} * p.v.token_stride;
-  const std::int64_t ldk = gathered ? d : p.k.token_stride;
-  const std::int64_t ldv = gathered ? d : p.v.token_stride;
   const bool gemm = std::int64_t{t.rows} * n * d >= kGemmMinWork;
+  // sgemm needs a gapped span's keys packed; the loops read them in place, run by run.
+  const bool pack = gathered && gemm;
+  if (pack) gather_keys(p, t, cols, packed);
+  const float* k = pack ? packed.data() : p.k_base(t);
+  const float* v = pack ? packed.data() + std::int64_t{n} * d : p.v_base(t);
+  const std::int64_t ldk = pack ? d : p.k.token_stride;
+  const std::int64_t ldv = pack ? d : p.v.token_stride;
+  const std::int64_t first = pack ? 0 : j0;  // the key at k and v's first row
 
   if (gemm) {
-    sgemm('N', 'T', t.rows, n, d, p.dims.scale, p.q_row(t, 0), p.q_ld(t), k, ldk, s, n);
+    sgemm('N', 'T', t.rows, n, d, p.dims.scale, p.q_row(t, 0), p.q_ld(t), k + first * ldk, ldk, s,
+          n);
   } else {
     for (std::int32_t r = 0; r < t.rows; ++r)
-      scores_loop(p.q_row(t, r), k, ldk, n, d, p.dims.scale, s + std::int64_t{r} * n);
+      for (const KeyRun& run : runs)
+        scores_loop(p.q_row(t, r), k + std::int64_t{run.begin} * ldk, ldk, run.end - run.begin, d,
+                    p.dims.scale, s + std::int64_t{r} * n + run.offset);
   }
-  const bool masked = gathered || !all_visible(p, t, j0, j1);
+  for (const KeyRun& run : runs) {
+    if (all_visible(p, t, run.begin, run.end)) continue;
+    for (std::int32_t r = 0; r < t.rows; ++r)
+      mask_row(p, t, p.query_of(t, r), run.begin, run.end - run.begin,
+               s + std::int64_t{r} * n + run.offset);
+  }
   for (std::int32_t r = 0; r < t.rows; ++r) {
     float* row = s + std::int64_t{r} * n;
     if (p.mask.bias) add_bias_row(p, t, r, j0, gathered ? &cols : nullptr, n, row);
-    if (gathered)
-      mask_row_at(p, t, p.query_of(t, r), cols, row);
-    else if (masked)
-      mask_row(p, t, p.query_of(t, r), j0, n, row);
     inv_sum[r] = softmax_exp_row(row, n);
   }
   if (p.probs && p.probs->data) {
@@ -291,10 +311,15 @@ void run_tile(const Problem& p, const Tile& t, std::vector<float>& work) {
       write_probs(p, t, j0, n, s, inv_sum);
   }
   if (gemm) {
-    sgemm('N', 'N', t.rows, d, n, 1.0f, s, n, v, ldv, p.out_row(t, 0), p.out_ld(t));
+    sgemm('N', 'N', t.rows, d, n, 1.0f, s, n, v + first * ldv, ldv, p.out_row(t, 0), p.out_ld(t));
   } else {
-    for (std::int32_t r = 0; r < t.rows; ++r)
-      weighted_sum_loop(s + std::int64_t{r} * n, v, ldv, n, d, p.out_row(t, r));
+    for (std::int32_t r = 0; r < t.rows; ++r) {
+      float* o = p.out_row(t, r);
+      std::fill(o, o + d, 0.0f);
+      for (const KeyRun& run : runs)
+        weighted_sum_add(s + std::int64_t{r} * n + run.offset, v + std::int64_t{run.begin} * ldv,
+                         ldv, run.end - run.begin, d, o);
+    }
   }
   for (std::int32_t r = 0; r < t.rows; ++r) scale_row(p.out_row(t, r), inv_sum[r], d);
 }
