@@ -6,8 +6,9 @@
 // from the pads. So each layer runs two left-to-right primitives: the forward one on the tokens
 // as given, the backward one on each row's real tokens reversed (row b's step t is token
 // len_b - 1 - t, pads after); the outputs are put back in source order and concatenated, which
-// is the next layer's input. Cost: two primitive calls per layer instead of one and a copy of
-// the layer's output; padded steps are still computed (and thrown away), as with any padding.
+// is the next layer's input. Rows run sorted longest first as packed sequences (RnnLayer::run):
+// padded steps are never computed. Cost: a few primitive calls per layer instead of one, and
+// copies of the layer's output.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 #include "rnn_layer.hpp"
 #include "rnn_dnnl.hpp"
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <mutex>
@@ -204,8 +205,43 @@ std::int64_t RnnLayer::hidden_size() const {
   return impl_->hidden;
 }
 
-void RnnLayer::run(std::int32_t steps, std::int32_t batch, const float* x, float* y) const {
-  impl_->execute(steps, batch, x, nullptr, nullptr, y, nullptr, nullptr);
+void RnnLayer::run(std::span<const std::int32_t> lengths, const float* x, float* y) const {
+  const auto batch = static_cast<std::int32_t>(lengths.size());
+  if (batch == 0 || lengths[0] == 0) return;
+  const std::int32_t steps = lengths[0];
+  const std::int64_t in = impl_->in, H = impl_->hidden;
+  if (lengths.back() == steps)
+    return impl_->execute(steps, batch, x, nullptr, nullptr, y, nullptr, nullptr);
+  const bool lstm = impl_->cell == Cell::lstm;
+  // The state between segments (two buffers: no output may alias an input), and the segment's
+  // rows of x and y when fewer than all rows run.
+  std::vector<float> h(2 * batch * H, 0.0f), c(lstm ? 2 * batch * H : 0, 0.0f), xs, ys;
+  std::int32_t t0 = 0, rows = batch;
+  for (int flip = 0; t0 < steps; flip ^= 1) {
+    while (lengths[rows - 1] <= t0) --rows;
+    const std::int32_t t1 = lengths[rows - 1], n = t1 - t0;
+    const float* xi = x + static_cast<std::int64_t>(t0) * batch * in;
+    float* yo = y + static_cast<std::int64_t>(t0) * batch * H;
+    if (rows < batch) {
+      xs.resize(static_cast<std::size_t>(n) * rows * in);
+      ys.resize(static_cast<std::size_t>(n) * rows * H);
+      for (std::int32_t t = 0; t < n; ++t)
+        std::copy_n(xi + t * batch * in, rows * in, xs.data() + t * rows * in);
+    }
+    float* h_in = h.data() + flip * batch * H;
+    float* h_out = h.data() + (flip ^ 1) * batch * H;
+    float* c_in = lstm ? c.data() + flip * batch * H : nullptr;
+    float* c_out = lstm ? c.data() + (flip ^ 1) * batch * H : nullptr;
+    impl_->execute(n, rows, rows < batch ? xs.data() : xi, h_in, c_in,
+                   rows < batch ? ys.data() : yo, h_out, c_out);
+    if (rows < batch)
+      for (std::int32_t t = 0; t < n; ++t) {
+        float* dst = yo + t * batch * H;
+        std::copy_n(ys.data() + t * rows * H, rows * H, dst);
+        std::fill(dst + rows * H, dst + batch * H, 0.0f);
+      }
+    t0 = t1;
+  }
 }
 
 void RnnLayer::step(std::int32_t batch, const float* x, const float* h, const float* c,

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "masque/tensor.hpp"
 #include "rnn_config.hpp"
@@ -26,9 +27,11 @@ class RnnLayer {
   std::int64_t input_size() const;
   std::int64_t hidden_size() const;
 
-  // `steps` time steps of `batch` rows from a zero state: x [steps][batch][in] -> y
-  // [steps][batch][H] (the hidden state after each step).
-  void run(std::int32_t steps, std::int32_t batch, const float* x, float* y) const;
+  // Time steps of `batch` rows from a zero state: x [steps][batch][in] -> y [steps][batch][H]
+  // (the hidden state after each step), steps = lengths[0]. Row b runs lengths[b] steps, the
+  // rows sorted longest first: a packed sequence, run as one primitive call per distinct length
+  // over the rows still running (padded steps are not computed; their outputs are zeros).
+  void run(std::span<const std::int32_t> lengths, const float* x, float* y) const;
   // One step of `batch` rows from the state (h, c) [batch][H] (c: LSTM only, else null):
   // x [batch][in] -> h_out, c_out. No output may alias an input.
   void step(std::int32_t batch, const float* x, const float* h, const float* c, float* h_out,
