@@ -53,6 +53,31 @@ TEST_CASE("top_k agrees between its small-k and large-k strategies") {
   }
 }
 
+TEST_CASE("top_k orders signs, zeros and infinities as the comparison does, at every k") {
+  // A GPT-2-sized vocabulary with many ties: selection, radix ranking (k >= vocab / 8) and the
+  // small-k buffer must all give the order of a stable sort on `>`.
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> v(50257);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<float>(static_cast<int>((i * 7919) % 401) - 200) * 0.125f;
+  v[3] = -0.0f;  // equal to +0: ties with the zeros by index
+  v[7] = inf;
+  v[11] = -inf;
+  v[13] = kLowest;
+  v[17] = std::numeric_limits<float>::denorm_min();
+  v[19] = -std::numeric_limits<float>::denorm_min();
+  std::vector<std::int32_t> all(v.size());
+  std::iota(all.begin(), all.end(), 0);
+  std::stable_sort(all.begin(), all.end(),
+                   [&](std::int32_t a, std::int32_t b) { return v[a] > v[b]; });
+  for (std::int32_t k : {1, 16, 17, 64, 1024, 6281, 6282, 6283, 16384, 50256, 50257}) {
+    INFO("k = " << k);
+    std::vector<std::int32_t> out;
+    decoding::top_k(v, k, out);
+    REQUIRE(out == std::vector<std::int32_t>(all.begin(), all.begin() + k));
+  }
+}
+
 TEST_CASE("argmax picks the smallest index among ties") {
   REQUIRE(decoding::argmax(std::vector<float>{1.f, 3.f, 3.f, 2.f}) == 1);
   REQUIRE(decoding::argmax(std::vector<float>{kLowest, kLowest}) == 0);

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "masque/decoding.hpp"
 
@@ -81,15 +83,6 @@ MASQUE_DECODING_VECTORIZE double sum_exp_below(std::span<const float> values, fl
   return sum;
 }
 
-// Strict total order of candidates: larger value first, then smaller index.
-struct BetterIndex {
-  std::span<const float> values;
-  bool operator()(std::int32_t a, std::int32_t b) const {
-    if (values[a] != values[b]) return values[a] > values[b];
-    return a < b;
-  }
-};
-
 // For small k: one pass keeping a sorted buffer; most values fail the first comparison.
 void top_k_insertion(std::span<const float> values, std::int32_t k,
                      std::vector<std::int32_t>& out) {
@@ -111,15 +104,44 @@ void top_k_insertion(std::span<const float> values, std::int32_t k,
   }
 }
 
-// For large k: linear-time selection, then a sort of the k selected only.
+// The candidates' order (larger value first, then smaller index) as one unsigned key each:
+// ascending keys are best first. The value's bits, mapped so that a larger value gives a
+// smaller number (-0 counts as +0, as == has it), above the index.
+std::uint64_t better_key(float value, std::int32_t index) {
+  const std::uint32_t bits = value == 0.0f ? 0u : std::bit_cast<std::uint32_t>(value);
+  const std::uint32_t rank = (bits & 0x80000000u) ? bits : (~bits & 0x7fffffffu);
+  return (std::uint64_t{rank} << 32) | static_cast<std::uint32_t>(index);
+}
+
+// Sorts keys made in index order by their upper 32 bits, stably (so ties stay in index order):
+// an LSD radix sort, three passes of 11, 11 and 10 bits.
+void radix_sort_ranks(std::vector<std::uint64_t>& keys, std::vector<std::uint64_t>& spare) {
+  spare.resize(keys.size());
+  for (const int shift : {32, 43, 54}) {
+    std::size_t start[2049] = {};
+    for (std::uint64_t key : keys) ++start[((key >> shift) & 2047u) + 1];
+    for (std::size_t d = 1; d < 2049; ++d) start[d] += start[d - 1];
+    for (std::uint64_t key : keys) spare[start[(key >> shift) & 2047u]++] = key;
+    keys.swap(spare);
+  }
+}
+
+// For large k: selection on packed keys, then a sort of the k selected only; for k near the
+// whole vocabulary (nucleus sampling of a flat distribution) a radix sort of all of them.
 void top_k_select(std::span<const float> values, std::int32_t k, std::vector<std::int32_t>& out) {
-  out.resize(values.size());
-  for (std::size_t i = 0; i < values.size(); ++i) out[i] = static_cast<std::int32_t>(i);
-  const BetterIndex better{values};
-  if (static_cast<std::size_t>(k) < out.size())
-    std::nth_element(out.begin(), out.begin() + k, out.end(), better);
+  thread_local std::vector<std::uint64_t> keys, spare;
+  keys.resize(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i)
+    keys[i] = better_key(values[i], static_cast<std::int32_t>(i));
+  const auto first_k = keys.begin() + k;
+  if (static_cast<std::size_t>(k) * 8 >= keys.size()) {
+    radix_sort_ranks(keys, spare);
+  } else {
+    std::nth_element(keys.begin(), first_k, keys.end());
+    std::sort(keys.begin(), first_k);
+  }
   out.resize(static_cast<std::size_t>(k));
-  std::sort(out.begin(), out.end(), better);
+  for (std::int32_t i = 0; i < k; ++i) out[i] = static_cast<std::int32_t>(keys[i] & 0xffffffffu);
 }
 
 constexpr std::int32_t kInsertionMaxK = 16;

@@ -13,8 +13,10 @@ std::uint64_t mix(std::uint64_t x) {
   return SplitMix64(x).next();
 }
 
-// The nucleus is usually small: look for it among the best 64 tokens first, then double.
+// The nucleus is usually small: look for it among the best 64 tokens first, then among 16
+// times as many (a flat distribution's nucleus is most of the vocabulary: few rounds).
 constexpr std::int32_t kFirstNucleusGuess = 64;
+constexpr std::int32_t kNucleusGrowth = 16;
 
 // The first index whose cumulative weight exceeds u * total, for one draw u in [0, 1).
 std::size_t pick(std::span<const double> weights, SplitMix64& stream) {
@@ -73,7 +75,9 @@ void Sampler::keep_nucleus(std::span<const float> logits, bool within_top_k) {
   }
   for (double w : weights_) mass += w;
   const auto vocab = static_cast<std::int32_t>(logits.size());
-  for (std::int32_t n = std::min(kFirstNucleusGuess, vocab);; n = std::min(2 * n, vocab)) {
+  for (std::int32_t n = std::min(kFirstNucleusGuess, vocab);;
+       n = static_cast<std::int32_t>(
+           std::min<std::int64_t>(std::int64_t{n} * kNucleusGrowth, vocab))) {
     decoding::top_k(logits, n, kept_);
     if (cut_to_mass(mass) || n == vocab) return;
   }
@@ -95,7 +99,16 @@ bool Sampler::cut_to_mass(double mass) {
 }
 
 TokenId Sampler::draw_from_kept(SplitMix64& stream) {
-  std::sort(kept_.begin(), kept_.end());
+  // Increasing id order: a sort, or for a large kept set one pass over the vocabulary.
+  if (kept_.size() * 16 > weights_.size()) {
+    is_kept_.assign(weights_.size(), 0);
+    for (std::int32_t t : kept_) is_kept_[static_cast<std::size_t>(t)] = 1;
+    kept_.clear();
+    for (std::size_t t = 0; t < is_kept_.size(); ++t)
+      if (is_kept_[t]) kept_.push_back(static_cast<std::int32_t>(t));
+  } else {
+    std::sort(kept_.begin(), kept_.end());
+  }
   kept_weights_.resize(kept_.size());
   for (std::size_t i = 0; i < kept_.size(); ++i)
     kept_weights_[i] = weights_[static_cast<std::size_t>(kept_[i])];

@@ -56,9 +56,10 @@ class Sampler {
   TokenId draw_from_kept(SplitMix64& stream);
 
   SamplingOptions options_;
-  std::vector<double> weights_;       // of every token
-  std::vector<std::int32_t> kept_;    // the kept set
-  std::vector<double> kept_weights_;  // its weights, in increasing id order
+  std::vector<double> weights_;        // of every token
+  std::vector<std::int32_t> kept_;     // the kept set
+  std::vector<double> kept_weights_;   // its weights, in increasing id order
+  std::vector<std::uint8_t> is_kept_;  // per token, while ordering a large kept set
 };
 
 }  // namespace masque::sample
