@@ -23,6 +23,19 @@ void copy_rows(const float* src, std::int32_t src_cap, float* dst, std::int32_t 
                 sizeof(float) * columns * width);
 }
 
+// The same for rows whose columns before first[r] are padding: only [first[r], columns) is
+// copied (attention never reads a padding key, so what the rest holds does not matter).
+void copy_used_rows(const float* src, std::int32_t cap, float* dst, std::int64_t width,
+                    std::int32_t columns, std::span<const std::int32_t> from,
+                    std::span<const std::int32_t> first) {
+  for (std::size_t r = 0; r < from.size(); ++r) {
+    const std::int64_t at = first[r] * width;
+    std::memcpy(dst + static_cast<std::int64_t>(r) * cap * width + at,
+                src + static_cast<std::int64_t>(from[r]) * cap * width + at,
+                sizeof(float) * (columns - first[r]) * width);
+  }
+}
+
 template <typename T>
 std::vector<T> gather_columns(const std::vector<T>& src, std::int32_t src_cap, std::int32_t dst_cap,
                               std::int32_t columns, std::span<const std::int32_t> from, T fill) {
@@ -260,16 +273,33 @@ void KvCache::select(std::span<const std::int32_t> rows) {
   const auto n = static_cast<std::int32_t>(rows.size());
   // Picked rows go to the buffers the previous select freed (beam search selects every step).
   std::size_t spare = 0;
+  auto picked = [&](std::int32_t cap) -> Tensor& {
+    if (spare == spare_.size()) spare_.emplace_back();
+    Tensor& t = spare_[spare++];
+    t.resize({n, cap, width_});
+    return t;
+  };
   auto pick = [&](Tensor& buffer, std::int32_t cap, std::int32_t columns) {
     if (buffer.empty()) return;
-    if (spare == spare_.size()) spare_.emplace_back();
-    Tensor& picked = spare_[spare++];
-    picked.resize({n, cap, width_});
-    copy_rows(buffer.f32(), cap, picked.f32(), cap, width_, columns, rows);
-    std::swap(buffer, picked);
+    Tensor& t = picked(cap);
+    copy_rows(buffer.f32(), cap, t.f32(), cap, width_, columns, rows);
+    std::swap(buffer, t);
   };
+  // A row's leading padding (rows joined by append_rows are right-aligned) is not copied.
+  std::vector<std::int32_t> first(rows.size());
+  for (std::int32_t i = 0; i < n; ++i) {
+    const TokenRole* role = role_.data() + static_cast<std::size_t>(rows[i]) * capacity_;
+    std::int32_t c = 0;
+    while (c < length_ && role[c] == TokenRole::pad) ++c;
+    first[i] = c;
+  }
   for (auto* buffers : {&keys_, &values_})
-    for (auto& buffer : *buffers) pick(buffer, capacity_, length_);
+    for (auto& buffer : *buffers) {
+      if (buffer.empty()) continue;
+      Tensor& t = picked(capacity_);
+      copy_used_rows(buffer.f32(), capacity_, t.f32(), width_, length_, rows, first);
+      std::swap(buffer, t);
+    }
   rank_ = gather_columns(rank_, capacity_, capacity_, length_, rows, 0);
   role_ = gather_columns(role_, capacity_, capacity_, length_, rows, TokenRole::pad);
   bool same_sources = n == rows_;
