@@ -3,7 +3,8 @@
 and against PyTorch static batching, on the same prompts, in the same run.
 
     bench.py --build BUILD --scratch DIR [--prompts 2000] [--gpt2-prompts 64]
-             [--torch-prompts 500] [--only stories,sentence,gpt2] [--batch 32] [--threads 1]
+             [--torch-prompts 500] [--only stories,sentence,gpt2,aren] [--batch 32]
+             [--threads 1]
              [--openblas DIR] [--no-torch]
     bench.py --report DIR/results.json
 
@@ -17,6 +18,8 @@ Workloads (deterministic inputs, written to DIR):
   up to the limit).
 - stories260k-sentence: the same prompts continued to the end of the sentence ('.', id 426)
   or of the story: short outputs of varied length.
+- aren: the encoder-decoder (../shared/models/aren-transliteration) on bench/encdec's 20,000
+  lines (../shared/bench/aren-20k.txt), beam 4; no PyTorch peer (bench/encdec has one).
 masque runs continuous then static for every workload, PyTorch (the first TORCH_PROMPTS prompts)
 last. The machine is shared, so the ratios use CPU seconds (masque: the child process's user +
 system time, model load included; PyTorch: process time of its timed loop); wall-clock rates
@@ -119,6 +122,30 @@ decoder:
 """)
         out["gpt2-small"] = {"pipeline": pipe, "input": prompts, "format": "ids", "model": model,
                              "ends": ",".join(map(str, ends))}
+    if "aren" in args.only:
+        # The encoder-decoder on bench/encdec's 20,000 lines, beam 4 (a record's beams are rows);
+        # no PyTorch peer here (bench/encdec has it).
+        model = os.path.join(SHARED, "models", "aren-transliteration")
+        pipe = os.path.join(s, "aren.yaml")
+        write(pipe, f"""task: seq2seq
+model:
+  plugin: encoder-decoder
+  path: {model}
+tokenizer:
+  plugin: vocab
+  vocab: {model}/source_vocab.txt
+target_tokenizer:
+  plugin: vocab
+  vocab: {model}/target_vocab.txt
+decoder:
+  plugin: beam
+  beam_size: 4
+  length_penalty: 1.0
+  max_new_tokens: 256
+  min_new_tokens: 1
+""")
+        out["aren beam 4"] = {"pipeline": pipe, "input": os.path.join(SHARED, "bench", "aren-20k.txt"),
+                              "format": "text", "model": model, "no_torch": True}
     return out
 
 
@@ -188,7 +215,7 @@ def main():
     ap.add_argument("--scratch", required=True)
     ap.add_argument("--prompts", type=int, default=2000)
     ap.add_argument("--gpt2-prompts", type=int, default=64)
-    ap.add_argument("--only", default="stories,sentence,gpt2")
+    ap.add_argument("--only", default="stories,sentence,gpt2,aren")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--openblas", default="")
@@ -211,6 +238,8 @@ def main():
         save(args, results)
     if not args.no_torch:
         for name, w in work.items():
+            if w.get("no_torch"):
+                continue
             r = run_torch(args, w, prompt_ids(args, w))
             results["workloads"][name][0]["torch"] = r
             print(json.dumps({name: {"torch": r}}), file=sys.stderr, flush=True)
