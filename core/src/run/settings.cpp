@@ -24,11 +24,14 @@ const std::vector<ParamSpec>& run_param_specs() {
       {.name = "batching",
        .type = ParamType::string,
        .default_value = "static",
-       .help = "lm-generate and seq2seq (not with return_attention/replace_unknowns): "
-               "continuous keeps up to max_batch_size rows decoding and starts the next records "
-               "as rows finish (max_batch_tokens bounds each admission's prompt batch); static "
-               "decodes each batch until its longest record ends. Same outputs either way; "
-               "other tasks batch statically",
+       .help =
+           "lm-generate and seq2seq (not with return_attention/replace_unknowns): "
+           "continuous keeps up to max_batch_size rows decoding (a record's beams are rows) and "
+           "starts the next records as rows finish (max_batch_tokens bounds each "
+           "admission's prompt batch; each admission copies the KV cache, which can cost "
+           "small models more than it saves: bench/generate); static decodes each batch "
+           "until its longest record ends. Same outputs either way; other tasks batch "
+           "statically",
        .choices = "continuous|static"},
       {.name = "invalid_utf8",
        .type = ParamType::string,
