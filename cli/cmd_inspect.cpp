@@ -188,11 +188,11 @@ json inspect(const fs::path& dir, const fs::path& tokenizer_dir, const std::stri
     if (!spec)
       throw ConfigError("masque inspect: --matmul-dtype: the model plugin '" +
                         std::string(plugin.descriptor->name) + "' has no matmul_dtype parameter");
-    if (spec->choices && ("|" + std::string(spec->choices) + "|").find("|" + matmul_dtype + "|") ==
-                             std::string::npos)
-      throw ConfigError("masque inspect: --matmul-dtype: expected one of " +
-                        std::string(spec->choices) + ", got '" + matmul_dtype + "'");
-    params.set("matmul_dtype", matmul_dtype);
+    try {
+      params.set("matmul_dtype", parse_param_value(*spec, matmul_dtype));
+    } catch (const ConfigError& e) {
+      throw ConfigError(std::string("masque inspect: --matmul-dtype: ") + e.what());
+    }
   }
   std::unique_ptr<Plugin> created = registry.create(plugin, params);
   const ModelInfo& info = static_cast<Model&>(*created).info();

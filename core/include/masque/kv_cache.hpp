@@ -99,6 +99,7 @@ class BOOST_SYMBOL_VISIBLE KvCache {
   void check_idle(const char* what) const;
   void note_kept(std::int32_t row, std::int32_t col);
   std::int32_t first_used_column() const;  // the leftmost column some row does not pad
+  std::int32_t first_used_column(std::int32_t row) const;  // that row's (length_: none)
 
   std::int32_t layers_ = 0, rows_ = 0, length_ = 0, pending_ = 0, capacity_ = 0;
   std::int64_t width_ = 0;

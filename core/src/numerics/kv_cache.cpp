@@ -14,25 +14,16 @@ namespace {
 constexpr std::int32_t kMinCapacity = 16;
 
 // Copies `columns` columns of `width` floats of every row from one [rows, cap, width] buffer to
-// another with a different capacity (or a different row order: new row r = old row from[r]).
+// another with a different capacity (or a different row order: new row r = old row from[r]);
+// with `first`, new row r's columns before first[r] (padding) are left as they are.
 void copy_rows(const float* src, std::int32_t src_cap, float* dst, std::int32_t dst_cap,
-               std::int64_t width, std::int32_t columns, std::span<const std::int32_t> from) {
-  for (std::size_t r = 0; r < from.size(); ++r)
-    std::memcpy(dst + static_cast<std::int64_t>(r) * dst_cap * width,
-                src + static_cast<std::int64_t>(from[r]) * src_cap * width,
-                sizeof(float) * columns * width);
-}
-
-// The same for rows whose columns before first[r] are padding: only [first[r], columns) is
-// copied (attention never reads a padding key, so what the rest holds does not matter).
-void copy_used_rows(const float* src, std::int32_t cap, float* dst, std::int64_t width,
-                    std::int32_t columns, std::span<const std::int32_t> from,
-                    std::span<const std::int32_t> first) {
+               std::int64_t width, std::int32_t columns, std::span<const std::int32_t> from,
+               std::span<const std::int32_t> first = {}) {
   for (std::size_t r = 0; r < from.size(); ++r) {
-    const std::int64_t at = first[r] * width;
-    std::memcpy(dst + static_cast<std::int64_t>(r) * cap * width + at,
-                src + static_cast<std::int64_t>(from[r]) * cap * width + at,
-                sizeof(float) * (columns - first[r]) * width);
+    const std::int64_t skip = first.empty() ? 0 : first[r] * width;
+    std::memcpy(dst + static_cast<std::int64_t>(r) * dst_cap * width + skip,
+                src + static_cast<std::int64_t>(from[r]) * src_cap * width + skip,
+                sizeof(float) * (columns * width - skip));
   }
 }
 
@@ -273,33 +264,21 @@ void KvCache::select(std::span<const std::int32_t> rows) {
   const auto n = static_cast<std::int32_t>(rows.size());
   // Picked rows go to the buffers the previous select freed (beam search selects every step).
   std::size_t spare = 0;
-  auto picked = [&](std::int32_t cap) -> Tensor& {
-    if (spare == spare_.size()) spare_.emplace_back();
-    Tensor& t = spare_[spare++];
-    t.resize({n, cap, width_});
-    return t;
-  };
-  auto pick = [&](Tensor& buffer, std::int32_t cap, std::int32_t columns) {
+  auto pick = [&](Tensor& buffer, std::int32_t cap, std::int32_t columns,
+                  std::span<const std::int32_t> first) {
     if (buffer.empty()) return;
-    Tensor& t = picked(cap);
-    copy_rows(buffer.f32(), cap, t.f32(), cap, width_, columns, rows);
-    std::swap(buffer, t);
+    if (spare == spare_.size()) spare_.emplace_back();
+    Tensor& picked = spare_[spare++];
+    picked.resize({n, cap, width_});
+    copy_rows(buffer.f32(), cap, picked.f32(), cap, width_, columns, rows, first);
+    std::swap(buffer, picked);
   };
-  // A row's leading padding (rows joined by append_rows are right-aligned) is not copied.
+  // A row's leading padding (rows joined by append_rows are right-aligned) is not copied:
+  // attention never reads a padding key, so what those columns hold does not matter.
   std::vector<std::int32_t> first(rows.size());
-  for (std::int32_t i = 0; i < n; ++i) {
-    const TokenRole* role = role_.data() + static_cast<std::size_t>(rows[i]) * capacity_;
-    std::int32_t c = 0;
-    while (c < length_ && role[c] == TokenRole::pad) ++c;
-    first[i] = c;
-  }
+  for (std::int32_t i = 0; i < n; ++i) first[i] = first_used_column(rows[i]);
   for (auto* buffers : {&keys_, &values_})
-    for (auto& buffer : *buffers) {
-      if (buffer.empty()) continue;
-      Tensor& t = picked(capacity_);
-      copy_used_rows(buffer.f32(), capacity_, t.f32(), width_, length_, rows, first);
-      std::swap(buffer, t);
-    }
+    for (auto& buffer : *buffers) pick(buffer, capacity_, length_, first);
   rank_ = gather_columns(rank_, capacity_, capacity_, length_, rows, 0);
   role_ = gather_columns(role_, capacity_, capacity_, length_, rows, TokenRole::pad);
   bool same_sources = n == rows_;
@@ -308,7 +287,7 @@ void KvCache::select(std::span<const std::int32_t> rows) {
   if (!same_sources) {
     const std::int32_t s = source_length_;
     for (auto* buffers : {&cross_keys_, &cross_values_})
-      for (auto& buffer : *buffers) pick(buffer, s, s);
+      for (auto& buffer : *buffers) pick(buffer, s, s, {});
     source_role_ = gather_columns(source_role_, s, s, s, rows, TokenRole::pad);
     source_rank_ = gather_columns(source_rank_, s, s, s, rows, 0);
     std::vector<std::int32_t> source_of(n);
@@ -357,14 +336,17 @@ KvCache KvCache::fork() const {
   return copy;
 }
 
+std::int32_t KvCache::first_used_column(std::int32_t row) const {
+  const TokenRole* role = role_.data() + static_cast<std::size_t>(row) * capacity_;
+  std::int32_t c = 0;
+  while (c < length_ && role[c] == TokenRole::pad) ++c;
+  return c;
+}
+
 std::int32_t KvCache::first_used_column() const {
   std::int32_t first = length_;
-  for (std::int32_t b = 0; b < rows_; ++b)
-    for (std::int32_t c = 0; c < first; ++c)
-      if (role_[static_cast<std::size_t>(b) * capacity_ + c] != TokenRole::pad) {
-        first = c;
-        break;
-      }
+  for (std::int32_t b = 0; b < rows_ && first > 0; ++b)
+    first = std::min(first, first_used_column(b));
   return first;
 }
 

@@ -7,10 +7,9 @@
 // record's result would depend on its batch. oneDNN sums each output in K blocks (each block
 // in input order from zero, the blocks added in order, then the bias, then the activation);
 // the block size depends on the shape, so it is found by calibration (Linear does it at the first
-// one-row call): candidate block
-// sizes are tried against oneDNN's own one-row result on a probe row and the one that matches
-// bit for bit on every probed output is kept. No match (another oneDNN, another layout, another
-// CPU) leaves the layer on oneDNN.
+// one-row call): candidate block sizes are tried against oneDNN's own one-row result on a probe
+// row and the one that matches bit for bit on every probed output is kept. No match (another
+// oneDNN, another layout, another CPU) leaves the layer on oneDNN.
 #pragma once
 
 #include <cstdint>

@@ -62,9 +62,9 @@ class BOOST_SYMBOL_VISIBLE TransformerModel final : public Model {
   Head head_;
 };
 
-// The matmul types of `layers` in one line: "int8: 24 of 36 linear layers; 12 kept f32 (in or
-// out width < 256)" when int8 was asked (Int8Policy::where_it_pays), else e.g. "f32: 36 linear
-// layers".
+// The matmul types of `layers` in one line: "int8: 24 of 36 linear layers; 12 kept f32 (fewer
+// than 128 inputs, ...)" (kInt8Rule) when int8 was asked (Int8Policy::where_it_pays), else e.g.
+// "f32: 36 linear layers".
 std::string matmul_summary(const LinearList& layers);
 
 // The safetensors checkpoint of a model folder: the sharded index when there is one, else
