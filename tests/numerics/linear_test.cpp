@@ -214,8 +214,9 @@ TEST_CASE("Linear's one-row kernel gives oneDNN's bits for every shape and activ
       CHECK(linear.streams_one_row() == expect_kernel);
       Tensor all;
       linear.forward(x, all);  // five rows: oneDNN's matmul
-      CHECK(relative_error(all, reference_linear(x, w, activation == Activation::relu ? Tensor{} : b,
-                                                 activation)) < kTol);
+      CHECK(
+          relative_error(all, reference_linear(x, w, activation == Activation::relu ? Tensor{} : b,
+                                               activation)) < kTol);
       for (int threads : {1, 2}) {
         ThreadScope scope(threads);
         for (std::int64_t r = 0; r < 5; ++r) {
