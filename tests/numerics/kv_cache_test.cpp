@@ -134,6 +134,30 @@ void step(const Toy& toy, KvCache& cache, std::vector<std::vector<int>>& rows,
     for (std::int32_t b = 0; b < B; ++b) rows[b].push_back(ids[b]);
 }
 
+// A cache with no decoder tokens yet whose rows attend to `source` (one encoder memory per
+// row, padded to the longest).
+KvCache encode(const Toy& toy, const std::vector<std::vector<int>>& source) {
+  const auto B = static_cast<std::int32_t>(source.size());
+  std::int32_t S = 0;
+  for (const auto& s : source) S = std::max<std::int32_t>(S, static_cast<std::int32_t>(s.size()));
+  AttentionLayout layout;
+  layout.reset(B, S);
+  std::vector<int> ids;
+  for (std::int32_t b = 0; b < B; ++b)
+    for (std::int32_t t = 0; t < S; ++t) {
+      const bool real = t < static_cast<std::int32_t>(source[b].size());
+      ids.push_back(real ? source[b][t] : -1);
+      layout.role[b * S + t] = real ? TokenRole::content : TokenRole::pad;
+    }
+  KvCache cache(kLayers, toy.dims.kv_heads, toy.dims.head_dim, B);
+  cache.set_source(layout);
+  for (int l = 0; l < kLayers; ++l) {
+    Tensor ks = Toy::gather(toy.k[l], ids), vs = Toy::gather(toy.v[l], ids);
+    cache.set_cross(l, seq_view(ks, S), seq_view(vs, S));
+  }
+  return cache;
+}
+
 }  // namespace
 
 TEST_CASE("incremental decoding with a KV cache equals full recomputation",
@@ -253,14 +277,23 @@ TEST_CASE("append_rows joins a new prefill after decoding rows and drops unused 
   CHECK(cache.next_position(1) == 3);
   CHECK(cache.next_position(2) == 1);
   for (int s = 0; s < 20; ++s) step(toy, cache, rows, {s % kVocab, (s + 30) % kVocab, 49 - s});
-  // Row 0 leaves: the columns before the others' prompts go at the next join.
+  // Row 0 leaves: the 8 columns before the others' prompts are a quarter of the 31, so the
+  // next join writes in place and keeps them.
   cache.select(std::vector<std::int32_t>{1, 2});
   rows = {rows[1], rows[2]};
   std::vector<std::vector<int>> more{{40, 41, 42, 43}};
   cache.append_rows(prefill(toy, more));
   rows.push_back(more[0]);
-  CHECK(cache.length() == 23);  // row 1's prompt of 3 and 20 steps, right-aligned
+  CHECK(cache.length() == 31);
   for (int s = 0; s < 3; ++s) step(toy, cache, rows, {s, s + 1, s + 2});
+  // Only the newest row stays: 27 of its 34 columns are unused, and the next join drops them.
+  cache.select(std::vector<std::int32_t>{2});
+  rows = {rows[2]};
+  std::vector<std::vector<int>> two{{44, 45}};
+  cache.append_rows(prefill(toy, two));
+  rows.push_back(two[0]);
+  CHECK(cache.length() == 7);  // the row's prompt of 4 and 3 steps, right-aligned
+  for (int s = 0; s < 3; ++s) step(toy, cache, rows, {s + 10, s + 20});
   // Into an empty cache (every row finished), and joining caches of another shape fails.
   cache.select(std::vector<std::int32_t>{});
   cache.append_rows(prefill(toy, {{1, 2}}));
@@ -273,27 +306,7 @@ TEST_CASE("append_rows joins a new prefill after decoding rows and drops unused 
 TEST_CASE("append_rows joins cross-attention memories of different source lengths",
           "[numerics][kv_cache]") {
   const Toy toy;
-  auto start = [&](const std::vector<std::vector<int>>& source) {
-    const auto B = static_cast<std::int32_t>(source.size());
-    std::int32_t S = 0;
-    for (const auto& s : source) S = std::max<std::int32_t>(S, static_cast<std::int32_t>(s.size()));
-    AttentionLayout layout;
-    layout.reset(B, S);
-    std::vector<int> ids;
-    for (std::int32_t b = 0; b < B; ++b)
-      for (std::int32_t t = 0; t < S; ++t) {
-        const bool real = t < static_cast<std::int32_t>(source[b].size());
-        ids.push_back(real ? source[b][t] : -1);
-        layout.role[b * S + t] = real ? TokenRole::content : TokenRole::pad;
-      }
-    KvCache cache(kLayers, toy.dims.kv_heads, toy.dims.head_dim, B);
-    cache.set_source(layout);
-    for (int l = 0; l < kLayers; ++l) {
-      Tensor ks = Toy::gather(toy.k[l], ids), vs = Toy::gather(toy.v[l], ids);
-      cache.set_cross(l, seq_view(ks, S), seq_view(vs, S));
-    }
-    return cache;
-  };
+  auto start = [&](const std::vector<std::vector<int>>& source) { return encode(toy, source); };
   std::vector<std::vector<int>> source{{30, 31}, {32}};
   KvCache cache = start(source);
   std::vector<std::vector<int>> rows(2);
@@ -308,4 +321,83 @@ TEST_CASE("append_rows joins cross-attention memories of different source length
   cache.select(std::vector<std::int32_t>{2, 0});
   std::vector<std::vector<int>> picked{rows[2], rows[0]}, picked_source{source[2], source[0]};
   step(toy, cache, picked, {8, 9}, TokenRole::content, &picked_source);
+}
+
+TEST_CASE("split hands rows to a new cache that reads the same encoder memory",
+          "[numerics][kv_cache]") {
+  // Continuous batching: a batch of records is started at once (`started`) and handed out a
+  // few rows at a time to the cache being decoded (`decoding`); both keep decoding correctly.
+  const Toy toy;
+  std::vector<std::vector<int>> started_source{{30, 31}, {32, 33, 34}, {35}, {36, 37, 38, 39}};
+  KvCache started = encode(toy, started_source);
+  std::vector<std::vector<int>> started_rows(4);
+  step(toy, started, started_rows, {1, 1, 1, 1}, TokenRole::content, &started_source);
+  std::vector<std::vector<int>> source{{40, 41, 42}};
+  KvCache decoding = encode(toy, source);
+  std::vector<std::vector<int>> rows(1);
+  step(toy, decoding, rows, {2}, TokenRole::content, &source);
+  step(toy, decoding, rows, {3}, TokenRole::content, &source);
+
+  auto hand_out = [&](std::vector<std::int32_t> leaving) {
+    KvCache part = started.split(leaving);
+    CHECK(part.rows() == static_cast<std::int32_t>(leaving.size()));
+    std::vector<std::vector<int>> kept_source, kept_rows;
+    std::vector<char> left(started_source.size(), 0);
+    for (auto r : leaving) {
+      left[r] = 1;
+      source.push_back(started_source[r]);
+      rows.push_back(started_rows[r]);
+    }
+    for (std::size_t r = 0; r < left.size(); ++r)
+      if (!left[r]) {
+        kept_source.push_back(started_source[r]);
+        kept_rows.push_back(started_rows[r]);
+      }
+    started_source = kept_source;
+    started_rows = kept_rows;
+    decoding.append_rows(std::move(part));
+  };
+  hand_out({3, 2});  // the last rows, in reverse: the others stay where they are
+  CHECK(started.rows() == 2);
+  CHECK(decoding.rows() == 3);
+  step(toy, decoding, rows, {4, 5, 6}, TokenRole::content, &source);
+  step(toy, started, started_rows, {7, 8}, TokenRole::content, &started_source);
+  // Beams: a record's rows share its memory; a finished record leaves.
+  decoding.select(std::vector<std::int32_t>{1, 1, 2});
+  rows = {rows[1], rows[1], rows[2]};
+  source = {source[1], source[1], source[2]};
+  step(toy, decoding, rows, {9, 10, 11}, TokenRole::content, &source);
+  hand_out({0});  // from the front: the rest is copied
+  step(toy, decoding, rows, {12, 13, 14, 15}, TokenRole::content, &source);
+  step(toy, started, started_rows, {16}, TokenRole::content, &started_source);
+  hand_out({0});
+  CHECK(started.rows() == 0);
+  started = KvCache();  // the memory the last rows shared is freed: decoding holds its own
+  step(toy, decoding, rows, {17, 18, 19, 20, 21}, TokenRole::content, &source);
+
+  // A cache that came from a split (the first admission) rebuilds its memory on a join without
+  // ever writing the buffers the rest of its batch still reads.
+  std::vector<std::vector<int>> pool_source{
+      {20, 21, 22}, {1, 2, 3, 4, 5, 6}, {7, 8}, {13, 14, 15, 16, 17}},
+      pool_rows(4);
+  KvCache pool = encode(toy, pool_source);
+  step(toy, pool, pool_rows, {1, 2, 3, 4}, TokenRole::content, &pool_source);
+  KvCache front = pool.split(std::vector<std::int32_t>{3});
+  std::vector<std::vector<int>> front_source{pool_source[3]}, front_rows{pool_rows[3]};
+  pool_source.pop_back();
+  pool_rows.pop_back();
+  // The second join's memory (3 slots of 7) would fit the buffer the pool still reads (4 of 6).
+  for (const std::vector<int>& joining :
+       {std::vector<int>{26, 27, 28, 29}, {30, 31, 32, 33, 34, 35, 36}}) {
+    front.append_rows(encode(toy, {joining}));  // shared, then a longer source: rebuilt
+    front_source.push_back(joining);
+    front_rows.emplace_back();
+    step(toy, front, front_rows, std::vector<int>(front_rows.size(), 4), TokenRole::content,
+         &front_source);
+    front.select(std::vector<std::int32_t>{1, 0, 1});  // reorder: the spares are reused
+    front.select(std::vector<std::int32_t>{1, 2});
+  }
+  step(toy, pool, pool_rows, {5, 6, 7}, TokenRole::content, &pool_source);
+  CHECK_THROWS_AS(decoding.split(std::vector<std::int32_t>{5}), RuntimeError);
+  CHECK_THROWS_AS(decoding.split(std::vector<std::int32_t>{1, 1}), RuntimeError);
 }

@@ -18,11 +18,16 @@ namespace masque {
 
 // Token-major activations of a padded batch, as Linear writes them: feature c of token t of
 // sequence b is at data[b * batch_stride + t * token_stride + c]. Strides let q, k and v be
-// column ranges of one fused qkv projection, or a KV cache with spare capacity.
+// column ranges of one fused qkv projection, or a KV cache with spare capacity. With `row_of`,
+// sequence b is stored sequence row_of[b]: rows that share one (a record's beams attending to
+// its encoder memory) read it in place.
 struct SeqView {
   const float* data = nullptr;
   std::int64_t batch_stride = 0;
   std::int64_t token_stride = 0;
+  const std::int32_t* row_of = nullptr;
+
+  const float* row(std::int64_t b) const { return data + (row_of ? row_of[b] : b) * batch_stride; }
 };
 struct MutableSeqView {
   float* data = nullptr;

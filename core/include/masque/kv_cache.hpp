@@ -14,8 +14,9 @@
 //     attention(dims, cache.mask(), q, cache.keys(l), cache.values(l), out)
 //   cache.end(keep)   // keep = false: the tokens were queries that are not kept
 //
-// Cross-attention K/V (computed once from the encoder memory) live alongside and follow
-// select() like the rest. A cache is used by one thread at a time.
+// Cross-attention K/V (computed once from the encoder memory) live alongside, once per source:
+// rows map to their source's slot, so select() (beams replicated, reordered or dropped) never
+// copies them. A cache is used by one thread at a time.
 #pragma once
 
 #include <cstdint>
@@ -82,19 +83,30 @@ class BOOST_SYMBOL_VISIBLE KvCache {
   MaskView cross_mask(std::int32_t q_len) const;
 
   // ---- rows ---------------------------------------------------------------------------------
-  // New row i = old row rows[i] (beam reorder, replicate, drop). Not during an append.
+  // New row i = old row rows[i] (beam reorder, replicate, drop). Not during an append. Keeping
+  // the first rows copies nothing.
   void select(std::span<const std::int32_t> rows);
   // An independent deep copy.
   KvCache fork() const;
+  // `rows` leave for a new cache (its row i = old row rows[i], as fork() then select(rows) would
+  // make it); this one keeps the others in their order, without copying them when they are its
+  // first rows. Both read the same encoder memory, which neither writes.
+  KvCache split(std::span<const std::int32_t> rows);
   // Continuous batching: the rows of `other` (a newly prefilled batch with the same layers and
-  // width) join after this cache's rows. Both sides are right-aligned, so every row's newest
-  // token sits in the last kept column and the distances between a row's columns (what
-  // position biases see) are kept; leading columns that no row uses any more are dropped. The
+  // width, or part of one: split()) join after this cache's rows. Both sides are right-aligned, so
+  // every row's newest token sits in the last kept column and the distances between a row's columns
+  // (what position biases see) are kept; leading columns that no row uses any more are dropped. The
   // source memories are joined too, padded to the longer source. Not during an append.
   void append_rows(KvCache&& other);
 
  private:
   void reserve(std::int32_t columns);
+  void truncate(std::int32_t rows);  // rows past `rows` leave
+  // append_rows: the tokens' K/V (spares 0 .. 2L-1, which select() uses too), then the encoder
+  // memories (spares from 2L on).
+  void join_tokens(const KvCache& other);
+  void join_sources(const KvCache& other);
+  Tensor& spare_buffer(std::size_t i, Shape shape);  // spare_[i], resized
   void check_layer(std::int32_t layer, const char* what) const;
   void check_idle(const char* what) const;
   void note_kept(std::int32_t row, std::int32_t col);
@@ -113,10 +125,11 @@ class BOOST_SYMBOL_VISIBLE KvCache {
   std::int32_t source_length_ = 0;
   std::vector<TokenRole> source_role_;  // [rows, S]
   std::vector<std::int32_t> source_rank_;
-  std::vector<Tensor> cross_keys_, cross_values_;  // per layer [rows, S, width]
-  // The set_source row whose memory each row holds: a select that keeps every row's source
-  // (beams reordered within their record) leaves the cross memory where it is.
+  std::vector<Tensor> cross_keys_, cross_values_;  // per layer [slots, S, width]
+  // The cross-memory slot each row reads (the cross views' row_of). Slots of finished records
+  // linger until the next append_rows.
   std::vector<std::int32_t> source_of_;
+  std::int32_t slots_ = 0;     // slots in cross_keys_/cross_values_
   std::vector<Tensor> spare_;  // buffers of the previous select, reused by the next
 };
 

@@ -89,6 +89,10 @@ class BOOST_SYMBOL_VISIBLE DecodeState {
   // started together. The defaults: false, and append() throws RuntimeError.
   virtual bool can_append() const;
   virtual void append(DecodeState& other);
+  // `rows` leave for a new state (its row i = old row rows[i]); this one keeps the others in
+  // their order (continuous batching starts records a batch at a time and admits them a few
+  // at a time). The default: fork(), then select() on both.
+  virtual std::unique_ptr<DecodeState> split(std::span<const std::int32_t> rows);
 };
 
 struct StepInput {

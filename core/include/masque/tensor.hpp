@@ -52,6 +52,10 @@ class BOOST_SYMBOL_VISIBLE Tensor {
 
   // Changes the shape; reuses the buffer when it is large enough (owned tensors only).
   void resize(Shape shape);
+  // Whether another tensor (a copy or a view) holds this buffer too: writing one shows in both.
+  bool shares_buffer() const { return storage_.use_count() > 1; }
+  // Bytes the buffer holds (what resize() can grow to without allocating); 0 for views.
+  std::size_t capacity() const { return capacity_; }
   // Same data, new shape with the same number of elements.
   Tensor reshaped(Shape shape) const;
   // A copy that owns its buffer.

@@ -72,10 +72,10 @@ struct Problem {
     return t.heads_as_rows ? dims.head_dim : out.token_stride;
   }
   const float* k_base(const Tile& t) const {
-    return k.data + t.b * k.batch_stride + std::int64_t{t.head / group} * dims.head_dim;
+    return k.row(t.b) + std::int64_t{t.head / group} * dims.head_dim;
   }
   const float* v_base(const Tile& t) const {
-    return v.data + t.b * v.batch_stride + std::int64_t{t.head / group} * dims.head_dim;
+    return v.row(t.b) + std::int64_t{t.head / group} * dims.head_dim;
   }
 };
 
@@ -545,8 +545,8 @@ void run_small_heads(const Problem& p, std::int32_t b, std::int32_t i) {
   float* mx = s + std::int64_t{n} * f;
   float* sum = mx + f;
   const float* q = p.q.data + b * p.q.batch_stride + std::int64_t{i} * p.q.token_stride;
-  const float* k = p.k.data + b * p.k.batch_stride;
-  const float* v = p.v.data + b * p.v.batch_stride;
+  const float* k = p.k.row(b);
+  const float* v = p.v.row(b);
   lane_scores(p.dims.head_dim, q, k, p.k.token_stride, keys.data(), n, f, p.dims.scale, s, mx);
   lane_exp(s, mx, n, f);
   lane_values(s, v, p.v.token_stride, keys.data(), n, f, sum, o);

@@ -37,6 +37,29 @@ std::vector<T> gather_columns(const std::vector<T>& src, std::int32_t src_cap, s
   return dst;
 }
 
+bool is_prefix(std::span<const std::int32_t> rows) {
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    if (rows[i] != static_cast<std::int32_t>(i)) return false;
+  return true;
+}
+
+// Whether `t` (owned, not shared) can take `floats` floats without a new allocation.
+bool fits(const Tensor& t, std::int64_t floats) {
+  return !t.empty() && !t.shares_buffer() &&
+         t.capacity() >= static_cast<std::size_t>(floats) * sizeof(float);
+}
+
+// Resizes `t` to `shape`; a new allocation gets half as many rows again in reserve, so that
+// continuous batching's next rows join in place.
+void reserve_rows(Tensor& t, Shape shape) {
+  if (!fits(t, num_elements(shape))) {
+    Shape roomy = shape;
+    roomy[0] += roomy[0] / 2;
+    t = Tensor(std::move(roomy));
+  }
+  t.resize(std::move(shape));
+}
+
 std::vector<std::int32_t> identity(std::int32_t n) {
   std::vector<std::int32_t> rows(n);
   for (std::int32_t i = 0; i < n; ++i) rows[i] = i;
@@ -59,6 +82,7 @@ KvCache::KvCache(std::int32_t layers, std::int32_t kv_heads, std::int32_t head_d
   next_rank_.assign(rows, 0);
   next_position_.assign(rows, 0);
   source_of_ = identity(rows);
+  slots_ = rows;
 }
 
 void KvCache::check_layer(std::int32_t layer, const char* what) const {
@@ -210,12 +234,15 @@ void KvCache::set_source(const AttentionLayout& source) {
   source_role_ = source.role;
   source_rank_ = source.rank;
   source_of_ = identity(rows_);
+  slots_ = rows_;
   for (auto* buffers : {&cross_keys_, &cross_values_})
     for (auto& buffer : *buffers) buffer = Tensor();
 }
 
 void KvCache::set_cross(std::int32_t layer, SeqView k, SeqView v) {
   check_layer(layer, "set_cross");
+  if (slots_ != rows_ || source_of_ != identity(rows_))
+    throw RuntimeError("KvCache::set_cross: call set_source first, before rows are selected");
   const std::int32_t s = source_length_;
   const std::size_t bytes = sizeof(float) * width_;
   for (auto [buffer, view] :
@@ -233,7 +260,7 @@ SeqView KvCache::cross_keys(std::int32_t layer) const {
   const Tensor& t = cross_keys_[layer];
   if (t.empty() && source_length_ > 0 && rows_ > 0)
     throw RuntimeError("KvCache::cross_keys: layer " + std::to_string(layer) + " not set");
-  return {t.empty() ? nullptr : t.f32(), source_length_ * width_, width_};
+  return {t.empty() ? nullptr : t.f32(), source_length_ * width_, width_, source_of_.data()};
 }
 
 SeqView KvCache::cross_values(std::int32_t layer) const {
@@ -241,7 +268,7 @@ SeqView KvCache::cross_values(std::int32_t layer) const {
   const Tensor& t = cross_values_[layer];
   if (t.empty() && source_length_ > 0 && rows_ > 0)
     throw RuntimeError("KvCache::cross_values: layer " + std::to_string(layer) + " not set");
-  return {t.empty() ? nullptr : t.f32(), source_length_ * width_, width_};
+  return {t.empty() ? nullptr : t.f32(), source_length_ * width_, width_, source_of_.data()};
 }
 
 MaskView KvCache::cross_mask(std::int32_t q_len) const {
@@ -262,14 +289,16 @@ void KvCache::select(std::span<const std::int32_t> rows) {
       throw RuntimeError("KvCache::select: row " + std::to_string(r) + " of " +
                          std::to_string(rows_));
   const auto n = static_cast<std::int32_t>(rows.size());
+  if (is_prefix(rows)) {  // the last rows leave: nothing moves
+    truncate(n);
+    return;
+  }
   // Picked rows go to the buffers the previous select freed (beam search selects every step).
   std::size_t spare = 0;
   auto pick = [&](Tensor& buffer, std::int32_t cap, std::int32_t columns,
                   std::span<const std::int32_t> first) {
     if (buffer.empty()) return;
-    if (spare == spare_.size()) spare_.emplace_back();
-    Tensor& picked = spare_[spare++];
-    picked.resize({n, cap, width_});
+    Tensor& picked = spare_buffer(spare++, {n, cap, width_});
     copy_rows(buffer.f32(), cap, picked.f32(), cap, width_, columns, rows, first);
     std::swap(buffer, picked);
   };
@@ -281,13 +310,12 @@ void KvCache::select(std::span<const std::int32_t> rows) {
     for (auto& buffer : *buffers) pick(buffer, capacity_, length_, first);
   rank_ = gather_columns(rank_, capacity_, capacity_, length_, rows, 0);
   role_ = gather_columns(role_, capacity_, capacity_, length_, rows, TokenRole::pad);
+  // The encoder memory stays where it is: rows only change which slot they read.
   bool same_sources = n == rows_;
   for (std::int32_t i = 0; i < n && same_sources; ++i)
     same_sources = source_of_[rows[i]] == source_of_[i];
   if (!same_sources) {
     const std::int32_t s = source_length_;
-    for (auto* buffers : {&cross_keys_, &cross_values_})
-      for (auto& buffer : *buffers) pick(buffer, s, s, {});
     source_role_ = gather_columns(source_role_, s, s, s, rows, TokenRole::pad);
     source_rank_ = gather_columns(source_rank_, s, s, s, rows, 0);
     std::vector<std::int32_t> source_of(n);
@@ -333,7 +361,68 @@ KvCache KvCache::fork() const {
   copy.source_role_ = source_role_;
   copy.source_rank_ = source_rank_;
   copy.source_of_ = source_of_;
+  copy.slots_ = slots_;
   return copy;
+}
+
+void KvCache::truncate(std::int32_t n) {
+  const auto rows = static_cast<std::size_t>(n);
+  rank_.resize(rows * capacity_);
+  role_.resize(rows * capacity_);
+  source_role_.resize(rows * source_length_);
+  source_rank_.resize(rows * source_length_);
+  source_of_.resize(rows);
+  next_rank_.resize(rows);
+  next_position_.resize(rows);
+  rows_ = n;  // the buffers keep their rows: the next select or append reuses them
+}
+
+KvCache KvCache::split(std::span<const std::int32_t> rows) {
+  check_idle("split");
+  std::vector<char> leaving(static_cast<std::size_t>(rows_), 0);
+  for (auto r : rows) {
+    if (r < 0 || r >= rows_ || leaving[r])
+      throw RuntimeError("KvCache::split: row " + std::to_string(r) + " of " +
+                         std::to_string(rows_) + " (or twice)");
+    leaving[r] = 1;
+  }
+  const auto count = static_cast<std::int32_t>(rows.size());
+  KvCache first;
+  first.layers_ = layers_;
+  first.rows_ = count;
+  first.length_ = length_;
+  first.capacity_ = capacity_;
+  first.width_ = width_;
+  first.window_ = window_;
+  std::vector<std::int32_t> from(rows.size());
+  for (std::int32_t i = 0; i < count; ++i) from[i] = first_used_column(rows[i]);
+  for (auto [mine, theirs] : {std::pair{&keys_, &first.keys_}, std::pair{&values_, &first.values_}})
+    for (const Tensor& buffer : *mine) {
+      theirs->emplace_back();
+      if (buffer.empty()) continue;
+      theirs->back() = Tensor({count, capacity_, width_});
+      copy_rows(buffer.f32(), capacity_, theirs->back().f32(), capacity_, width_, length_, rows,
+                from);
+    }
+  first.rank_ = gather_columns(rank_, capacity_, capacity_, length_, rows, 0);
+  first.role_ = gather_columns(role_, capacity_, capacity_, length_, rows, TokenRole::pad);
+  const std::int32_t s = source_length_;
+  first.source_length_ = s;
+  first.source_role_ = gather_columns(source_role_, s, s, s, rows, TokenRole::pad);
+  first.source_rank_ = gather_columns(source_rank_, s, s, s, rows, 0);
+  first.cross_keys_ = cross_keys_;  // shared: the buffers, not copies
+  first.cross_values_ = cross_values_;
+  first.slots_ = slots_;
+  for (auto r : rows) {
+    first.next_rank_.push_back(next_rank_[r]);
+    first.next_position_.push_back(next_position_[r]);
+    first.source_of_.push_back(source_of_[r]);
+  }
+  std::vector<std::int32_t> rest;
+  for (std::int32_t r = 0; r < rows_; ++r)
+    if (!leaving[r]) rest.push_back(r);
+  select(rest);
+  return first;
 }
 
 std::int32_t KvCache::first_used_column(std::int32_t row) const {
@@ -364,7 +453,26 @@ void place_rows(const Tensor& src, std::int32_t rows, std::int32_t src_cap, std:
                 sizeof(float) * columns * width);
 }
 
+// Slots `from` of `src` ([.., src_len, width]) into `dst` ([.., len, width]) from slot `slot0`;
+// the columns past src_len (pads no query reads) are zeroed.
+void place_slots(const Tensor& src, std::span<const std::int32_t> from, std::int32_t src_len,
+                 Tensor& dst, std::int32_t slot0, std::int32_t len, std::int64_t width) {
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    float* to = dst.f32() + (slot0 + static_cast<std::int64_t>(i)) * len * width;
+    const std::int64_t copied = src.empty() ? 0 : std::int64_t{src_len} * width;
+    if (copied > 0)
+      std::memcpy(to, src.f32() + std::int64_t{from[i]} * src_len * width, sizeof(float) * copied);
+    std::memset(to + copied, 0, sizeof(float) * (len * width - copied));
+  }
+}
+
 }  // namespace
+
+Tensor& KvCache::spare_buffer(std::size_t i, Shape shape) {
+  if (i >= spare_.size()) spare_.resize(i + 1);
+  reserve_rows(spare_[i], std::move(shape));
+  return spare_[i];
+}
 
 void KvCache::append_rows(KvCache&& other) {
   check_idle("append_rows");
@@ -373,36 +481,46 @@ void KvCache::append_rows(KvCache&& other) {
     throw RuntimeError("KvCache::append_rows: caches of different shapes (" +
                        std::to_string(layers_) + " x " + std::to_string(width_) + " and " +
                        std::to_string(other.layers_) + " x " + std::to_string(other.width_) + ")");
+  join_tokens(other);
+  join_sources(other);
+  next_rank_.insert(next_rank_.end(), other.next_rank_.begin(), other.next_rank_.end());
+  next_position_.insert(next_position_.end(), other.next_position_.begin(),
+                        other.next_position_.end());
+  window_ = std::max(window_, other.window_);
+  rows_ += other.rows_;
+  other = KvCache();
+}
+
+void KvCache::join_tokens(const KvCache& other) {
   const std::int32_t skip = first_used_column(), other_skip = other.first_used_column();
   const std::int32_t mine = length_ - skip, theirs = other.length_ - other_skip;
-  const std::int32_t length = std::max(mine, theirs), rows = rows_ + other.rows_;
-  const std::int32_t cap = std::max(length + kMinCapacity, capacity_);
-  const std::int32_t s = std::max(source_length_, other.source_length_);
-  const bool cross = source_length_ > 0 || other.source_length_ > 0;
-  for (std::int32_t l = 0; l < layers_; ++l) {
+  const std::int32_t rows = rows_ + other.rows_;
+  // In place: the new rows fit the columns and the buffers' spare rows, and at most half the
+  // columns are ones no row uses any more (else the join drops them).
+  bool in_place = rows_ > 0 && theirs <= length_ && 2 * skip <= length_;
+  for (const auto* buffers : {&keys_, &values_})
+    for (const Tensor& buffer : *buffers)
+      in_place = in_place && fits(buffer, std::int64_t{rows} * capacity_ * width_);
+  // Right-aligned: every row's newest token in the last column.
+  const std::int32_t length = in_place ? length_ : std::max(mine, theirs);
+  const std::int32_t cap = in_place ? capacity_ : std::max(length + kMinCapacity, capacity_);
+  std::size_t spare = 0;
+  for (std::int32_t l = 0; l < layers_; ++l)
     for (auto [buffer, theirs_buffer] :
          {std::pair{&keys_[l], &other.keys_[l]}, std::pair{&values_[l], &other.values_[l]}}) {
-      Tensor joined({rows, cap, width_});
-      place_rows(*buffer, rows_, capacity_, skip, mine, joined, 0, cap, length - mine, width_);
-      place_rows(*theirs_buffer, other.rows_, other.capacity_, other_skip, theirs, joined, rows_,
+      if (in_place) {
+        buffer->resize({rows, cap, width_});
+      } else {
+        Tensor& joined = spare_buffer(spare++, {rows, cap, width_});
+        place_rows(*buffer, rows_, capacity_, skip, mine, joined, 0, cap, length - mine, width_);
+        std::swap(*buffer, joined);
+      }
+      place_rows(*theirs_buffer, other.rows_, other.capacity_, other_skip, theirs, *buffer, rows_,
                  cap, length - theirs, width_);
-      *buffer = std::move(joined);
     }
-    if (!cross) continue;
-    for (auto [buffer, theirs_buffer] : {std::pair{&cross_keys_[l], &other.cross_keys_[l]},
-                                         std::pair{&cross_values_[l], &other.cross_values_[l]}}) {
-      if (buffer->empty() && theirs_buffer->empty()) continue;
-      Tensor joined({rows, s, width_});
-      std::memset(joined.f32(), 0, sizeof(float) * static_cast<std::size_t>(rows) * s * width_);
-      place_rows(*buffer, rows_, source_length_, 0, source_length_, joined, 0, s, 0, width_);
-      place_rows(*theirs_buffer, other.rows_, other.source_length_, 0, other.source_length_, joined,
-                 rows_, s, 0, width_);
-      *buffer = std::move(joined);
-    }
-  }
-  std::vector<std::int32_t> rank(static_cast<std::size_t>(rows) * cap, 0);
-  std::vector<TokenRole> role(rank.size(), TokenRole::pad);
-  auto place_meta = [&](const KvCache& c, std::int32_t row0, std::int32_t from, std::int32_t n) {
+  auto place_meta = [&](const KvCache& c, std::vector<std::int32_t>& rank,
+                        std::vector<TokenRole>& role, std::int32_t row0, std::int32_t from,
+                        std::int32_t n) {
     for (std::int32_t r = 0; r < c.rows_; ++r) {
       const std::size_t src = static_cast<std::size_t>(r) * c.capacity_ + from;
       const std::size_t dst = (static_cast<std::size_t>(row0) + r) * cap + (length - n);
@@ -410,36 +528,84 @@ void KvCache::append_rows(KvCache&& other) {
       std::copy_n(c.role_.begin() + src, n, role.begin() + dst);
     }
   };
-  place_meta(*this, 0, skip, mine);
-  place_meta(other, rows_, other_skip, theirs);
-  if (cross) {
-    std::vector<TokenRole> source_role(static_cast<std::size_t>(rows) * s, TokenRole::pad);
-    std::vector<std::int32_t> source_rank(source_role.size(), 0);
-    for (const KvCache* c : {this, &other}) {
-      const std::size_t row0 = c == this ? 0 : static_cast<std::size_t>(rows_);
-      for (std::int32_t r = 0; r < c->rows_; ++r)
-        for (std::int32_t t = 0; t < c->source_length_; ++t) {
-          const std::size_t src = static_cast<std::size_t>(r) * c->source_length_ + t;
-          source_role[(row0 + r) * s + t] = c->source_role_[src];
-          source_rank[(row0 + r) * s + t] = c->source_rank_[src];
-        }
-    }
-    source_role_ = std::move(source_role);
-    source_rank_ = std::move(source_rank);
-    source_length_ = s;
+  if (in_place) {
+    rank_.resize(static_cast<std::size_t>(rows) * cap, 0);
+    role_.resize(rank_.size(), TokenRole::pad);
+  } else {
+    std::vector<std::int32_t> rank(static_cast<std::size_t>(rows) * cap, 0);
+    std::vector<TokenRole> role(rank.size(), TokenRole::pad);
+    place_meta(*this, rank, role, 0, skip, mine);
+    rank_ = std::move(rank);
+    role_ = std::move(role);
   }
-  source_of_ = identity(rows);
-  rank_ = std::move(rank);
-  role_ = std::move(role);
-  next_rank_.insert(next_rank_.end(), other.next_rank_.begin(), other.next_rank_.end());
-  next_position_.insert(next_position_.end(), other.next_position_.begin(),
-                        other.next_position_.end());
-  window_ = std::max(window_, other.window_);
-  rows_ = rows;
+  place_meta(other, rank_, role_, rows_, other_skip, theirs);
   length_ = length;
   capacity_ = cap;
-  spare_.clear();
-  other = KvCache();
+}
+
+void KvCache::join_sources(const KvCache& other) {
+  // The encoder memories still read (finished records' and those of rows split off are
+  // dropped in a rebuild): this cache's, then the new ones.
+  std::vector<std::int32_t> live, slot_of(static_cast<std::size_t>(slots_), -1);
+  std::vector<std::int32_t> their_live, their_slot_of(static_cast<std::size_t>(other.slots_), -1);
+  auto find_live = [](const KvCache& c, std::vector<std::int32_t>& list,
+                      std::vector<std::int32_t>& slot) {
+    for (std::int32_t r = 0; r < c.rows_; ++r)
+      if (slot[c.source_of_[r]] < 0) {
+        slot[c.source_of_[r]] = static_cast<std::int32_t>(list.size());
+        list.push_back(c.source_of_[r]);
+      }
+  };
+  find_live(*this, live, slot_of);
+  find_live(other, their_live, their_slot_of);
+  const auto added = static_cast<std::int32_t>(their_live.size());
+  const std::int32_t s = std::max(source_length_, other.source_length_);
+  const std::int32_t rows = rows_ + other.rows_;
+  // In place: the new memories fit after the slots there are, in buffers no split shares,
+  // and at most half the slots are finished records'.
+  bool in_place = rows_ > 0 && other.source_length_ <= source_length_ &&
+                  slots_ + added <= 2 * (static_cast<std::int32_t>(live.size()) + added);
+  for (const auto* buffers : {&cross_keys_, &cross_values_})
+    for (const Tensor& buffer : *buffers)
+      in_place = in_place && !buffer.shares_buffer() &&
+                 fits(buffer, std::int64_t{slots_ + added} * s * width_);
+  const std::int32_t first_new = in_place ? slots_ : static_cast<std::int32_t>(live.size());
+  std::size_t spare = 2 * static_cast<std::size_t>(layers_);  // after the tokens' (select's)
+  for (std::int32_t l = 0; l < layers_ && s > 0; ++l)
+    for (auto [buffer, theirs_buffer] : {std::pair{&cross_keys_[l], &other.cross_keys_[l]},
+                                         std::pair{&cross_values_[l], &other.cross_values_[l]}}) {
+      if (buffer->empty() && theirs_buffer->empty()) continue;
+      if (in_place) {
+        buffer->resize({first_new + added, s, width_});
+      } else {
+        Tensor& joined = spare_buffer(spare++, {first_new + added, s, width_});
+        place_slots(*buffer, live, source_length_, joined, 0, s, width_);
+        std::swap(*buffer, joined);
+        if (joined.shares_buffer()) joined = Tensor();  // still read elsewhere (split): no spare
+      }
+      place_slots(*theirs_buffer, their_live, other.source_length_, *buffer, first_new, s, width_);
+    }
+  // Per row: which slot, and the source's roles and ranks (what the cross mask reads).
+  std::vector<TokenRole> source_role(static_cast<std::size_t>(rows) * s, TokenRole::pad);
+  std::vector<std::int32_t> source_rank(source_role.size(), 0);
+  std::vector<std::int32_t> source_of(rows);
+  for (const KvCache* c : {static_cast<const KvCache*>(this), &other}) {
+    const std::int32_t row0 = c == this ? 0 : rows_;
+    for (std::int32_t r = 0; r < c->rows_; ++r) {
+      const std::int32_t slot = c->source_of_[r];
+      source_of[row0 + r] =
+          c == this ? (in_place ? slot : slot_of[slot]) : first_new + their_slot_of[slot];
+      const std::size_t src = static_cast<std::size_t>(r) * c->source_length_;
+      const std::size_t dst = static_cast<std::size_t>(row0 + r) * s;
+      std::copy_n(c->source_role_.begin() + src, c->source_length_, source_role.begin() + dst);
+      std::copy_n(c->source_rank_.begin() + src, c->source_length_, source_rank.begin() + dst);
+    }
+  }
+  source_role_ = std::move(source_role);
+  source_rank_ = std::move(source_rank);
+  source_length_ = s;
+  source_of_ = std::move(source_of);
+  slots_ = first_new + added;
 }
 
 }  // namespace masque

@@ -315,6 +315,39 @@ std::size_t ContinuousLimits::admissible(std::span<Item* const> items, std::int3
   return count;
 }
 
+AdmissionQueue::AdmissionQueue(std::span<Item* const> items, const ContinuousLimits& limits,
+                               Start start)
+    : items_(items), limits_(limits), start_(std::move(start)) {}
+
+AdmittedRecords AdmissionQueue::next(std::int32_t room) {
+  if (left_ == 0) {
+    const std::size_t count = limits_.admissible(items_.subspan(started_), limits_.max_rows);
+    if (count == 0) return {};
+    std::vector<Item*> reversed(items_.begin() + static_cast<std::ptrdiff_t>(started_),
+                                items_.begin() + static_cast<std::ptrdiff_t>(started_ + count));
+    std::reverse(reversed.begin(), reversed.end());
+    started_ += count;
+    started_batch_ = start_(reversed);
+    left_ = static_cast<std::int32_t>(count);
+  }
+  const std::int32_t take = std::clamp(room, 1, left_);
+  std::vector<std::int32_t> rows(static_cast<std::size_t>(take));
+  for (std::int32_t i = 0; i < take; ++i) rows[i] = left_ - 1 - i;  // input order
+  AdmittedRecords out;
+  out.state = started_batch_.state->split(rows);
+  const std::int64_t width = started_batch_.logits.dim(1);
+  out.logits = Tensor({take, width});
+  for (std::int32_t i = 0; i < take; ++i)
+    std::memcpy(out.logits.f32() + i * width, started_batch_.logits.f32() + rows[i] * width,
+                sizeof(float) * width);
+  for (std::int32_t r : rows) out.records.push_back(std::move(started_batch_.records[r]));
+  started_batch_.records.resize(static_cast<std::size_t>(left_ - take));
+  left_ -= take;
+  admitted_ += static_cast<std::size_t>(take);
+  if (left_ == 0) started_batch_ = AdmittedRecords();
+  return out;
+}
+
 ContinuousLimits continuous_limits(const Params& run, const Decoder& decoder) {
   ContinuousLimits limits;
   if (!run.has("batching") || !run.has("max_batch_size")) return limits;  // no run section

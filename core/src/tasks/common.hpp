@@ -112,6 +112,29 @@ struct ContinuousLimits {
 };
 ContinuousLimits continuous_limits(const Params& run_params, const Decoder& decoder);
 
+// Continuous batching's source of records: it starts them a static batch at a time (the
+// encoder and the prompts' prefill run at full width: up to max_batch_size records within
+// max_batch_tokens) and hands them out in input order as rows free up, a few at a time.
+class AdmissionQueue {
+ public:
+  using Start = std::function<AdmittedRecords(std::span<Item* const>)>;
+  AdmissionQueue(std::span<Item* const> items, const ContinuousLimits& limits, Start start);
+  // Admission::next: up to `room` (>= 1) records; none left: none.
+  AdmittedRecords next(std::int32_t room);
+  // Records handed out so far.
+  std::size_t admitted() const { return admitted_; }
+
+ private:
+  std::span<Item* const> items_;
+  ContinuousLimits limits_;
+  Start start_;
+  std::size_t started_ = 0, admitted_ = 0;
+  // Started records not handed out yet, last record in row 0: the next ones leave from the end,
+  // where the state keeps its other rows without copying them.
+  AdmittedRecords started_batch_;
+  std::int32_t left_ = 0;  // rows of started_batch_ still waiting
+};
+
 class ModelStepper final : public Stepper {
  public:
   // `state` comes from model.start(); `logits` holds the logits of each row's last prompt token

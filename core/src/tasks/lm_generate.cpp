@@ -96,23 +96,19 @@ class LmGenerateTask final : public Task {
     return out;
   }
 
-  // The decoder asks for records as rows free up; they come in the group's order, as many as
-  // it has room for and whose padded prompts fit max_batch_tokens (at least one).
+  // The decoder asks for records as rows free up; they come in the group's order, started a
+  // static batch at a time (AdmissionQueue).
   std::vector<DecodeResult> decode_continuously(std::span<Item* const> items) const {
-    std::size_t next = 0;
     ModelStepper stepper(model_, nullptr, Tensor(), {}, end_tokens());
-    stepper.set_admission({.max_rows = limits_.max_rows, .next = [&](std::int32_t room) {
-                             const std::size_t count =
-                                 limits_.admissible(items.subspan(next), room);
-                             if (count == 0) return AdmittedRecords{};
-                             const auto batch = items.subspan(next, count);
-                             next += count;
-                             return start_records(batch);
-                           }});
+    AdmissionQueue queue(items, limits_,
+                         [&](std::span<Item* const> batch) { return start_records(batch); });
+    stepper.set_admission({.max_rows = limits_.max_rows,
+                           .next = [&](std::int32_t room) { return queue.next(room); }});
     std::vector<DecodeResult> decoded = decoder_.decode(stepper);
-    if (next != items.size())
-      throw RuntimeError("the decoder stopped admitting records (" + std::to_string(next) + " of " +
-                         std::to_string(items.size()) + " decoded)");
+    if (queue.admitted() != items.size())
+      throw RuntimeError("the decoder stopped admitting records (" +
+                         std::to_string(queue.admitted()) + " of " + std::to_string(items.size()) +
+                         " decoded)");
     return decoded;
   }
 

@@ -122,20 +122,17 @@ class Seq2SeqTask final : public Task {
 
   // The decoder asks for records as rows free up (tasks/common.hpp ContinuousLimits).
   std::vector<DecodeResult> decode_continuously(std::span<Item* const> items) const {
-    std::size_t next = 0;
     std::unique_ptr<ModelStepper> stepper = route_->start_empty();
-    stepper->set_admission(
-        {.max_rows = limits_.max_rows, .next = [&](std::int32_t room) {
-           const std::size_t count = limits_.admissible(items.subspan(next), room);
-           if (count == 0) return AdmittedRecords{};
-           const auto batch = items.subspan(next, count);
-           next += count;
-           return std::move(*route_->start(batch, stepper_records(batch))).release();
-         }});
+    AdmissionQueue queue(items, limits_, [&](std::span<Item* const> batch) {
+      return std::move(*route_->start(batch, stepper_records(batch))).release();
+    });
+    stepper->set_admission({.max_rows = limits_.max_rows,
+                            .next = [&](std::int32_t room) { return queue.next(room); }});
     std::vector<DecodeResult> decoded = decoder_.decode(*stepper);
-    if (next != items.size())
-      throw RuntimeError("the decoder stopped admitting records (" + std::to_string(next) + " of " +
-                         std::to_string(items.size()) + " decoded)");
+    if (queue.admitted() != items.size())
+      throw RuntimeError("the decoder stopped admitting records (" +
+                         std::to_string(queue.admitted()) + " of " + std::to_string(items.size()) +
+                         " decoded)");
     return decoded;
   }
 

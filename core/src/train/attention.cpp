@@ -37,12 +37,10 @@ struct Problem {
     return q.data + b * q.batch_stride + i * q.token_stride + std::int64_t{h} * dims.head_dim;
   }
   const float* k_at(std::int32_t b, std::int32_t j, std::int32_t h) const {
-    return k.data + b * k.batch_stride + j * k.token_stride +
-           std::int64_t{h / group} * dims.head_dim;
+    return k.row(b) + j * k.token_stride + std::int64_t{h / group} * dims.head_dim;
   }
   const float* v_at(std::int32_t b, std::int32_t j, std::int32_t h) const {
-    return v.data + b * v.batch_stride + j * v.token_stride +
-           std::int64_t{h / group} * dims.head_dim;
+    return v.row(b) + j * v.token_stride + std::int64_t{h / group} * dims.head_dim;
   }
   float* lse_at(float* lse, std::int32_t b, std::int32_t h, std::int32_t i) const {
     return lse + (std::int64_t{b} * dims.heads + h) * mask.q_len + i;

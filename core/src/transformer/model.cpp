@@ -29,6 +29,9 @@ class State final : public DecodeState {
     if (!joining) throw RuntimeError("DecodeState::append: a state of another model");
     cache.append_rows(std::move(joining->cache));
   }
+  std::unique_ptr<DecodeState> split(std::span<const std::int32_t> rows) override {
+    return std::make_unique<State>(cache.split(rows));
+  }
 
   KvCache cache;
   Workspace workspace;
