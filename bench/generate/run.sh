@@ -5,7 +5,7 @@
 #   bench/generate/run.sh [BUILD_DIR]     (default: build; needs bin/masque and the plugins)
 #
 # Environment: PROMPTS=2000, GPT2_PROMPTS=64, TORCH_PROMPTS=500 (the PyTorch peer's share of
-# each workload's prompts, 0 = all), ONLY=stories,sentence,gpt2,aren, BATCH=32, THREADS=1, SCRATCH=bench/out/generate (inputs, outputs, results.json; not committed),
+# each workload's prompts, 0 = all), ONLY=stories,sentence,gpt2,aren, BATCH=32, THREADS=1, ROUNDS=1 (masque runs per mode; medians), SCRATCH=bench/out/generate (inputs, outputs, results.json; not committed),
 # NO_TORCH=1 to skip the PyTorch peer, OPENBLAS_DIR as in bench/lm/run.sh.
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,4 +26,5 @@ fi
 exec /usr/bin/python3 "$root/bench/generate/bench.py" --build "$build" "$@" \
   --scratch "${SCRATCH:-$root/bench/out/generate}" --torch-prompts "${TORCH_PROMPTS:-500}" \
   --prompts "${PROMPTS:-2000}" --gpt2-prompts "${GPT2_PROMPTS:-64}" \
-  --only "${ONLY:-stories,sentence,gpt2,aren}" --batch "${BATCH:-32}" --threads "${THREADS:-1}"
+  --only "${ONLY:-stories,sentence,gpt2,aren}" --batch "${BATCH:-32}" --threads "${THREADS:-1}" \
+  --rounds "${ROUNDS:-1}"

@@ -207,6 +207,17 @@ TEST_CASE("select reorders, replicates and drops rows, fork is independent",
   CHECK(copy.length() == cache.length() + 2);
   step(toy, cache, picked, {25, 26, 27, 28});  // the original did not see the fork's steps
 
+  // Most rows stay (written in place, the swapped ones saved first), then a row is replaced
+  // by a copy of another.
+  for (const std::vector<std::int32_t>& order :
+       {std::vector<std::int32_t>{1, 0, 2, 3}, {0, 1, 2, 0}, {0, 3, 2, 3}}) {
+    cache.select(order);
+    std::vector<std::vector<int>> reordered;
+    for (auto r : order) reordered.push_back(picked[r]);
+    picked = reordered;
+    step(toy, cache, picked, {30, 31, 32, 33});
+  }
+
   cache.select(std::vector<std::int32_t>{3});
   std::vector<std::vector<int>> last{picked[3]};
   step(toy, cache, last, {29});
@@ -390,6 +401,8 @@ TEST_CASE("split hands rows to a new cache that reads the same encoder memory",
   for (const std::vector<int>& joining :
        {std::vector<int>{26, 27, 28, 29}, {30, 31, 32, 33, 34, 35, 36}}) {
     front.append_rows(encode(toy, {joining}));  // shared, then a longer source: rebuilt
+    // The pool's 6 columns shrink to what the rows read: the split row's 5, the joining row's.
+    CHECK(front.source_length() == std::max<std::int32_t>(5, static_cast<int>(joining.size())));
     front_source.push_back(joining);
     front_rows.emplace_back();
     step(toy, front, front_rows, std::vector<int>(front_rows.size(), 4), TokenRole::content,

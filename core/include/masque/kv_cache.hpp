@@ -102,6 +102,7 @@ class BOOST_SYMBOL_VISIBLE KvCache {
  private:
   void reserve(std::int32_t columns);
   void truncate(std::int32_t rows);  // rows past `rows` leave
+  void move_tokens(std::span<const std::int32_t> rows);  // select() of the tokens' K/V
   // append_rows: the tokens' K/V (spares 0 .. 2L-1, which select() uses too), then the encoder
   // memories (spares from 2L on).
   void join_tokens(const KvCache& other);
@@ -112,6 +113,7 @@ class BOOST_SYMBOL_VISIBLE KvCache {
   void note_kept(std::int32_t row, std::int32_t col);
   std::int32_t first_used_column() const;  // the leftmost column some row does not pad
   std::int32_t first_used_column(std::int32_t row) const;  // that row's (length_: none)
+  std::int32_t used_source_length() const;  // past the last source column a row attends to
 
   std::int32_t layers_ = 0, rows_ = 0, length_ = 0, pending_ = 0, capacity_ = 0;
   std::int64_t width_ = 0;

@@ -293,21 +293,7 @@ void KvCache::select(std::span<const std::int32_t> rows) {
     truncate(n);
     return;
   }
-  // Picked rows go to the buffers the previous select freed (beam search selects every step).
-  std::size_t spare = 0;
-  auto pick = [&](Tensor& buffer, std::int32_t cap, std::int32_t columns,
-                  std::span<const std::int32_t> first) {
-    if (buffer.empty()) return;
-    Tensor& picked = spare_buffer(spare++, {n, cap, width_});
-    copy_rows(buffer.f32(), cap, picked.f32(), cap, width_, columns, rows, first);
-    std::swap(buffer, picked);
-  };
-  // A row's leading padding (rows joined by append_rows are right-aligned) is not copied:
-  // attention never reads a padding key, so what those columns hold does not matter.
-  std::vector<std::int32_t> first(rows.size());
-  for (std::int32_t i = 0; i < n; ++i) first[i] = first_used_column(rows[i]);
-  for (auto* buffers : {&keys_, &values_})
-    for (auto& buffer : *buffers) pick(buffer, capacity_, length_, first);
+  move_tokens(rows);
   rank_ = gather_columns(rank_, capacity_, capacity_, length_, rows, 0);
   role_ = gather_columns(role_, capacity_, capacity_, length_, rows, TokenRole::pad);
   // The encoder memory stays where it is: rows only change which slot they read.
@@ -377,6 +363,23 @@ void KvCache::truncate(std::int32_t n) {
   rows_ = n;  // the buffers keep their rows: the next select or append reuses them
 }
 
+void KvCache::move_tokens(std::span<const std::int32_t> rows) {
+  const auto n = static_cast<std::int32_t>(rows.size());
+  // A row's leading padding (rows joined by append_rows are right-aligned) is not copied:
+  // attention never reads a padding key, so what those columns hold does not matter.
+  std::vector<std::int32_t> first(rows.size());
+  for (std::int32_t i = 0; i < n; ++i) first[i] = first_used_column(rows[i]);
+  // Picked rows go to the buffers the previous select freed (beam search selects every step).
+  std::size_t spare = 0;
+  for (auto* buffers : {&keys_, &values_})
+    for (Tensor& buffer : *buffers) {
+      if (buffer.empty()) continue;
+      Tensor& picked = spare_buffer(spare++, {n, capacity_, width_});
+      copy_rows(buffer.f32(), capacity_, picked.f32(), capacity_, width_, length_, rows, first);
+      std::swap(buffer, picked);
+    }
+}
+
 KvCache KvCache::split(std::span<const std::int32_t> rows) {
   check_idle("split");
   std::vector<char> leaving(static_cast<std::size_t>(rows_), 0);
@@ -425,6 +428,19 @@ KvCache KvCache::split(std::span<const std::int32_t> rows) {
   return first;
 }
 
+std::int32_t KvCache::used_source_length() const {
+  std::int32_t used = 0;
+  for (std::int32_t r = 0; r < rows_; ++r) {
+    const TokenRole* role = source_role_.data() + static_cast<std::size_t>(r) * source_length_;
+    for (std::int32_t t = source_length_; t > used; --t)
+      if (role[t - 1] != TokenRole::pad) {
+        used = t;
+        break;
+      }
+  }
+  return used;
+}
+
 std::int32_t KvCache::first_used_column(std::int32_t row) const {
   const TokenRole* role = role_.data() + static_cast<std::size_t>(row) * capacity_;
   std::int32_t c = 0;
@@ -453,16 +469,18 @@ void place_rows(const Tensor& src, std::int32_t rows, std::int32_t src_cap, std:
                 sizeof(float) * columns * width);
 }
 
-// Slots `from` of `src` ([.., src_len, width]) into `dst` ([.., len, width]) from slot `slot0`;
-// the columns past src_len (pads no query reads) are zeroed.
+// Slots `from` of `src` ([.., src_len, width]) into slots `to` of `dst` ([.., len, width]): the
+// first min(src_len, len) columns (the rest of a longer slot is padding no row reads); the
+// columns past src_len (pads no query reads) are zeroed.
 void place_slots(const Tensor& src, std::span<const std::int32_t> from, std::int32_t src_len,
-                 Tensor& dst, std::int32_t slot0, std::int32_t len, std::int64_t width) {
+                 Tensor& dst, std::span<const std::int32_t> to, std::int32_t len,
+                 std::int64_t width) {
   for (std::size_t i = 0; i < from.size(); ++i) {
-    float* to = dst.f32() + (slot0 + static_cast<std::int64_t>(i)) * len * width;
-    const std::int64_t copied = src.empty() ? 0 : std::int64_t{src_len} * width;
+    float* out = dst.f32() + std::int64_t{to[i]} * len * width;
+    const std::int64_t copied = src.empty() ? 0 : std::int64_t{std::min(src_len, len)} * width;
     if (copied > 0)
-      std::memcpy(to, src.f32() + std::int64_t{from[i]} * src_len * width, sizeof(float) * copied);
-    std::memset(to + copied, 0, sizeof(float) * (len * width - copied));
+      std::memcpy(out, src.f32() + std::int64_t{from[i]} * src_len * width, sizeof(float) * copied);
+    std::memset(out + copied, 0, sizeof(float) * (len * width - copied));
   }
 }
 
@@ -558,32 +576,43 @@ void KvCache::join_sources(const KvCache& other) {
   };
   find_live(*this, live, slot_of);
   find_live(other, their_live, their_slot_of);
-  const auto added = static_cast<std::int32_t>(their_live.size());
-  const std::int32_t s = std::max(source_length_, other.source_length_);
+  // The columns some row still attends to: a memory as long as a finished record's source
+  // costs every cross-attention query a look at its padding.
+  const std::int32_t their_used = other.used_source_length();
+  const std::int32_t used = std::max(used_source_length(), their_used);
   const std::int32_t rows = rows_ + other.rows_;
-  // In place: the new memories fit after the slots there are, in buffers no split shares,
-  // and at most half the slots are finished records'.
-  bool in_place = rows_ > 0 && other.source_length_ <= source_length_ &&
-                  slots_ + added <= 2 * (static_cast<std::int32_t>(live.size()) + added);
+  // In place: the new memories go to finished records' slots, then after the others, in
+  // buffers no split shares, and at most a fifth of the columns are padding. Else the live
+  // memories are packed first.
+  std::vector<std::int32_t> to;  // the slot of each of their_live
+  for (std::int32_t slot = 0; slot < slots_ && to.size() < their_live.size(); ++slot)
+    if (slot_of[slot] < 0) to.push_back(slot);
+  std::int32_t slots = slots_;
+  while (to.size() < their_live.size()) to.push_back(slots++);
+  bool in_place = rows_ > 0 && their_used <= source_length_ && 5 * source_length_ <= 4 * used + 4;
   for (const auto* buffers : {&cross_keys_, &cross_values_})
     for (const Tensor& buffer : *buffers)
-      in_place = in_place && !buffer.shares_buffer() &&
-                 fits(buffer, std::int64_t{slots_ + added} * s * width_);
-  const std::int32_t first_new = in_place ? slots_ : static_cast<std::int32_t>(live.size());
+      in_place = in_place && fits(buffer, std::int64_t{slots} * source_length_ * width_);
+  if (!in_place) {
+    slots = static_cast<std::int32_t>(live.size());
+    for (std::size_t i = 0; i < to.size(); ++i) to[i] = slots++;
+  }
+  const std::int32_t s = in_place ? source_length_ : used;
+  const auto packed = identity(static_cast<std::int32_t>(live.size()));
   std::size_t spare = 2 * static_cast<std::size_t>(layers_);  // after the tokens' (select's)
   for (std::int32_t l = 0; l < layers_ && s > 0; ++l)
     for (auto [buffer, theirs_buffer] : {std::pair{&cross_keys_[l], &other.cross_keys_[l]},
                                          std::pair{&cross_values_[l], &other.cross_values_[l]}}) {
       if (buffer->empty() && theirs_buffer->empty()) continue;
       if (in_place) {
-        buffer->resize({first_new + added, s, width_});
+        buffer->resize({slots, s, width_});
       } else {
-        Tensor& joined = spare_buffer(spare++, {first_new + added, s, width_});
-        place_slots(*buffer, live, source_length_, joined, 0, s, width_);
+        Tensor& joined = spare_buffer(spare++, {slots, s, width_});
+        place_slots(*buffer, live, source_length_, joined, packed, s, width_);
         std::swap(*buffer, joined);
         if (joined.shares_buffer()) joined = Tensor();  // still read elsewhere (split): no spare
       }
-      place_slots(*theirs_buffer, their_live, other.source_length_, *buffer, first_new, s, width_);
+      place_slots(*theirs_buffer, their_live, other.source_length_, *buffer, to, s, width_);
     }
   // Per row: which slot, and the source's roles and ranks (what the cross mask reads).
   std::vector<TokenRole> source_role(static_cast<std::size_t>(rows) * s, TokenRole::pad);
@@ -593,19 +622,19 @@ void KvCache::join_sources(const KvCache& other) {
     const std::int32_t row0 = c == this ? 0 : rows_;
     for (std::int32_t r = 0; r < c->rows_; ++r) {
       const std::int32_t slot = c->source_of_[r];
-      source_of[row0 + r] =
-          c == this ? (in_place ? slot : slot_of[slot]) : first_new + their_slot_of[slot];
+      source_of[row0 + r] = c == this ? (in_place ? slot : slot_of[slot]) : to[their_slot_of[slot]];
       const std::size_t src = static_cast<std::size_t>(r) * c->source_length_;
       const std::size_t dst = static_cast<std::size_t>(row0 + r) * s;
-      std::copy_n(c->source_role_.begin() + src, c->source_length_, source_role.begin() + dst);
-      std::copy_n(c->source_rank_.begin() + src, c->source_length_, source_rank.begin() + dst);
+      const std::int32_t n = std::min(c->source_length_, s);
+      std::copy_n(c->source_role_.begin() + src, n, source_role.begin() + dst);
+      std::copy_n(c->source_rank_.begin() + src, n, source_rank.begin() + dst);
     }
   }
   source_role_ = std::move(source_role);
   source_rank_ = std::move(source_rank);
   source_length_ = s;
   source_of_ = std::move(source_of);
-  slots_ = first_new + added;
+  slots_ = slots;
 }
 
 }  // namespace masque
