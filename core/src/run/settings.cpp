@@ -27,11 +27,10 @@ const std::vector<ParamSpec>& run_param_specs() {
        .help =
            "lm-generate and seq2seq (not with return_attention/replace_unknowns): "
            "continuous keeps up to max_batch_size rows decoding (a record's beams are rows) and "
-           "starts the next records as rows finish (max_batch_tokens bounds each "
-           "admission's prompt batch; each admission copies the KV cache, which can cost "
-           "small models more than it saves: bench/generate); static decodes each batch "
-           "until its longest record ends. Same outputs either way; other tasks batch "
-           "statically",
+           "starts the next records as rows finish (started max_batch_size records at a time "
+           "within max_batch_tokens); static decodes each batch until its longest record "
+           "ends. Same outputs either way, about the same speed on CPU (bench/generate); "
+           "other tasks batch statically",
        .choices = "continuous|static"},
       {.name = "invalid_utf8",
        .type = ParamType::string,
