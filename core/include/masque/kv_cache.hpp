@@ -101,7 +101,8 @@ class BOOST_SYMBOL_VISIBLE KvCache {
 
  private:
   void reserve(std::int32_t columns);
-  void truncate(std::int32_t rows);  // rows past `rows` leave
+  void truncate(std::int32_t rows);                      // rows past `rows` leave
+  KvCache shaped_like(std::int32_t rows) const;          // this cache's dimensions, no buffers yet
   void move_tokens(std::span<const std::int32_t> rows);  // select() of the tokens' K/V
   // append_rows: the tokens' K/V (spares 0 .. 2L-1, which select() uses too), then the encoder
   // memories (spares from 2L on).

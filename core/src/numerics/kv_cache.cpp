@@ -318,15 +318,20 @@ void KvCache::select(std::span<const std::int32_t> rows) {
   rows_ = n;
 }
 
+KvCache KvCache::shaped_like(std::int32_t rows) const {
+  KvCache c;
+  c.layers_ = layers_;
+  c.rows_ = rows;
+  c.length_ = length_;
+  c.capacity_ = capacity_;
+  c.width_ = width_;
+  c.window_ = window_;
+  return c;
+}
+
 KvCache KvCache::fork() const {
   check_idle("fork");
-  KvCache copy;
-  copy.layers_ = layers_;
-  copy.rows_ = rows_;
-  copy.length_ = length_;
-  copy.capacity_ = capacity_;
-  copy.width_ = width_;
-  copy.window_ = window_;
+  KvCache copy = shaped_like(rows_);
   for (const auto* src : {&keys_, &values_, &cross_keys_, &cross_values_}) {
     std::vector<Tensor> cloned;
     for (const auto& t : *src) cloned.push_back(t.empty() ? Tensor() : t.clone());
@@ -390,13 +395,7 @@ KvCache KvCache::split(std::span<const std::int32_t> rows) {
     leaving[r] = 1;
   }
   const auto count = static_cast<std::int32_t>(rows.size());
-  KvCache first;
-  first.layers_ = layers_;
-  first.rows_ = count;
-  first.length_ = length_;
-  first.capacity_ = capacity_;
-  first.width_ = width_;
-  first.window_ = window_;
+  KvCache first = shaped_like(count);
   std::vector<std::int32_t> from(rows.size());
   for (std::int32_t i = 0; i < count; ++i) from[i] = first_used_column(rows[i]);
   for (auto [mine, theirs] : {std::pair{&keys_, &first.keys_}, std::pair{&values_, &first.values_}})
