@@ -241,7 +241,7 @@ void KvCache::set_source(const AttentionLayout& source) {
 
 void KvCache::set_cross(std::int32_t layer, SeqView k, SeqView v) {
   check_layer(layer, "set_cross");
-  if (slots_ != rows_ || source_of_ != identity(rows_))
+  if (slots_ != rows_ || !is_prefix(source_of_))
     throw RuntimeError("KvCache::set_cross: call set_source first, before rows are selected");
   const std::int32_t s = source_length_;
   const std::size_t bytes = sizeof(float) * width_;

@@ -348,6 +348,21 @@ AdmittedRecords AdmissionQueue::next(std::int32_t room) {
   return out;
 }
 
+std::vector<DecodeResult> decode_continuously(const Decoder& decoder, ModelStepper& stepper,
+                                              std::span<Item* const> items,
+                                              const ContinuousLimits& limits,
+                                              AdmissionQueue::Start start) {
+  AdmissionQueue queue(items, limits, std::move(start));
+  stepper.set_admission(
+      {.max_rows = limits.max_rows, .next = [&](std::int32_t room) { return queue.next(room); }});
+  std::vector<DecodeResult> decoded = decoder.decode(stepper);
+  if (queue.admitted() != items.size())
+    throw RuntimeError("the decoder stopped admitting records (" +
+                       std::to_string(queue.admitted()) + " of " + std::to_string(items.size()) +
+                       " decoded)");
+  return decoded;
+}
+
 ContinuousLimits continuous_limits(const Params& run, const Decoder& decoder) {
   ContinuousLimits limits;
   if (!run.has("batching") || !run.has("max_batch_size")) return limits;  // no run section

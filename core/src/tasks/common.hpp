@@ -135,6 +135,15 @@ class AdmissionQueue {
   std::int32_t left_ = 0;  // rows of started_batch_ still waiting
 };
 
+class ModelStepper;
+
+// Continuous batching of `items`: `stepper` (holding no record yet) admits them from an
+// AdmissionQueue over `start` while `decoder` decodes; the results come in the items' order.
+std::vector<DecodeResult> decode_continuously(const Decoder& decoder, ModelStepper& stepper,
+                                              std::span<Item* const> items,
+                                              const ContinuousLimits& limits,
+                                              AdmissionQueue::Start start);
+
 class ModelStepper final : public Stepper {
  public:
   // `state` comes from model.start(); `logits` holds the logits of each row's last prompt token

@@ -100,16 +100,9 @@ class LmGenerateTask final : public Task {
   // static batch at a time (AdmissionQueue).
   std::vector<DecodeResult> decode_continuously(std::span<Item* const> items) const {
     ModelStepper stepper(model_, nullptr, Tensor(), {}, end_tokens());
-    AdmissionQueue queue(items, limits_,
-                         [&](std::span<Item* const> batch) { return start_records(batch); });
-    stepper.set_admission({.max_rows = limits_.max_rows,
-                           .next = [&](std::int32_t room) { return queue.next(room); }});
-    std::vector<DecodeResult> decoded = decoder_.decode(stepper);
-    if (queue.admitted() != items.size())
-      throw RuntimeError("the decoder stopped admitting records (" +
-                         std::to_string(queue.admitted()) + " of " + std::to_string(items.size()) +
-                         " decoded)");
-    return decoded;
+    return masque::decode_continuously(
+        decoder_, stepper, items, limits_,
+        [&](std::span<Item* const> batch) { return start_records(batch); });
   }
 
   std::vector<TokenId> end_tokens() const {

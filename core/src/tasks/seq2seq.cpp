@@ -123,17 +123,10 @@ class Seq2SeqTask final : public Task {
   // The decoder asks for records as rows free up (tasks/common.hpp ContinuousLimits).
   std::vector<DecodeResult> decode_continuously(std::span<Item* const> items) const {
     std::unique_ptr<ModelStepper> stepper = route_->start_empty();
-    AdmissionQueue queue(items, limits_, [&](std::span<Item* const> batch) {
-      return std::move(*route_->start(batch, stepper_records(batch))).release();
-    });
-    stepper->set_admission({.max_rows = limits_.max_rows,
-                            .next = [&](std::int32_t room) { return queue.next(room); }});
-    std::vector<DecodeResult> decoded = decoder_.decode(*stepper);
-    if (queue.admitted() != items.size())
-      throw RuntimeError("the decoder stopped admitting records (" +
-                         std::to_string(queue.admitted()) + " of " + std::to_string(items.size()) +
-                         " decoded)");
-    return decoded;
+    return masque::decode_continuously(
+        decoder_, *stepper, items, limits_, [&](std::span<Item* const> batch) {
+          return std::move(*route_->start(batch, stepper_records(batch))).release();
+        });
   }
 
   // return_attention and replace_unknowns need a model that records attention, an existing
