@@ -3,7 +3,7 @@
 random-weight model and the same sources, in the same run: encoding and greedy decoding at
 batch 1 and 32, one thread each. Called by run.sh:
 
-    bench.py BENCH_RNN_BINARY WORK_DIR
+    bench.py BENCH_RNN_BINARY WORK_DIR      (environment: STEPS, REPEATS, DTYPES="f32 bf16")
 
 The model is tests/rnn/reference_rnn.py's Seq2Seq at a small-NMT size, saved as an rnn-seq2seq
 folder; PyTorch runs it batched in float32 (packed sequences for the encoder, masked attention).
@@ -26,6 +26,7 @@ SOURCES, MIN_LEN, MAX_LEN = 32, 10, 30
 STEPS = int(os.environ.get("STEPS", "20"))
 REPEATS = int(os.environ.get("REPEATS", "3"))
 BATCH_SIZES = [1, 32]
+DTYPES = os.environ.get("DTYPES", "f32 bf16").split()  # masque's matmul_dtype, f32 first
 
 
 def bench_config(cell):
@@ -101,16 +102,29 @@ def cpu_name():
         return platform.processor()
 
 
+def run_masque(binary, folder, work, dtype):
+    """bench_rnn's results at one matmul_dtype, or None where the CPU cannot run it."""
+    done = subprocess.run([binary, folder, os.path.join(work, "input.json"), dtype],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        if dtype == "f32":
+            sys.exit(done.stderr)
+        print(f"masque {dtype}: not run ({done.stderr.strip().splitlines()[-1]})")
+        return None
+    return json.loads(done.stdout)["results"]
+
+
 def main():
     binary, work = sys.argv[1], sys.argv[2]
     torch.set_num_threads(1)
     rng = random.Random(7)
     print(f"CPU: {cpu_name()}; PyTorch {torch.__version__}, 1 thread; masque 1 thread")
     print(f"{SOURCES} sources of {MIN_LEN}-{MAX_LEN} tokens, {STEPS} greedy steps each; "
-          f"times are totals over all sources, min of {REPEATS} runs")
-    print(f"{'model':<6} {'batch':>5} {'phase':<7} {'masque ms':>10} {'torch ms':>10} "
-          f"{'torch/masque':>13}")
-    worst = float("inf")
+          f"times are totals over all sources, min of {REPEATS} runs; PyTorch float32, masque "
+          f"with matmul_dtype {' and '.join(DTYPES)}")
+    print(f"{'model':<6} {'batch':>5} {'phase':<7} {'torch ms':>10} "
+          + " ".join(f"{'masque ' + d + ' ms':>15} {'torch/' + d:>11}" for d in DTYPES))
+    worst = {}
     for cell in ("lstm", "gru"):
         c = bench_config(cell)
         folder = os.path.join(work, cell)
@@ -124,22 +138,28 @@ def main():
         with open(os.path.join(work, "input.json"), "w") as f:
             json.dump({"batch_sizes": BATCH_SIZES, "sources": sources, "steps": STEPS,
                        "repeats": REPEATS}, f)
-        masque = json.loads(subprocess.run([binary, folder, os.path.join(work, "input.json")],
-                                           check=True, capture_output=True, text=True).stdout)
+        masque = {d: run_masque(binary, folder, work, d) for d in DTYPES}
         peer = Peer(model)
-        for result in masque["results"]:
-            b = result["batch_size"]
+        for i, b in enumerate(BATCH_SIZES):
             runs = [torch_run(peer, sources, b, c["decoder_start_token_id"])
                     for _ in range(REPEATS)]
-            enc, dec = min(r[0] for r in runs), min(r[1] for r in runs)
-            same = sum(x == y for x, y in zip(result["tokens"], runs[0][2]))
-            for phase, ours, theirs in (("encode", result["encode_ms"], enc),
-                                        ("decode", result["decode_ms"], dec)):
-                ratio = theirs / ours
-                worst = min(worst, ratio)
-                print(f"{cell:<6} {b:>5} {phase:<7} {ours:>10.2f} {theirs:>10.2f} {ratio:>12.2f}x")
-            print(f"{'':<6} {b:>5} outputs: {same}/{len(sources)} greedy sequences identical")
-    print(f"worst ratio {worst:.2f}x (target >= 2x)")
+            theirs = {"encode": min(r[0] for r in runs), "decode": min(r[1] for r in runs)}
+            for phase in ("encode", "decode"):
+                cells = []
+                for d in DTYPES:
+                    if masque[d] is None:
+                        cells.append(f"{'-':>15} {'-':>11}")
+                        continue
+                    ours = masque[d][i][phase + "_ms"]
+                    ratio = theirs[phase] / ours
+                    worst[d] = min(worst.get(d, float("inf")), ratio)
+                    cells.append(f"{ours:>15.2f} {ratio:>10.2f}x")
+                print(f"{cell:<6} {b:>5} {phase:<7} {theirs[phase]:>10.2f} " + " ".join(cells))
+            same = [f"{d} {sum(x == y for x, y in zip(masque[d][i]['tokens'], runs[0][2]))}"
+                    f"/{len(sources)}" for d in DTYPES if masque[d] is not None]
+            print(f"{'':<6} {b:>5} greedy sequences identical to PyTorch's: {', '.join(same)}")
+    for d, w in worst.items():
+        print(f"worst ratio, masque {d}: {w:.2f}x (target >= 2x)")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 // batches described by a JSON file, on one thread. Used by bench/rnn/run.sh, which runs PyTorch
 // on the same model and inputs.
 //
-//   bench_rnn MODEL_DIR INPUT_JSON
+//   bench_rnn MODEL_DIR INPUT_JSON [MATMUL_DTYPE]     (the plugin's matmul_dtype: f32, bf16)
 //   INPUT_JSON: {"batch_sizes": [1, 32], "sources": [[ids...], ...], "steps": N, "repeats": R}
 //   prints JSON: {"results": [{"batch_size", "encode_ms", "decode_ms", "tokens"}]}: the time
 //   over all sources (min of R repeats) and the greedy tokens (N steps, </s> not special).
@@ -90,8 +90,8 @@ Timing run(const masque::Model& model, const std::vector<std::vector<TokenId>>& 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: bench_rnn MODEL_DIR INPUT_JSON\n";
+  if (argc != 3 && argc != 4) {
+    std::cerr << "usage: bench_rnn MODEL_DIR INPUT_JSON [MATMUL_DTYPE]\n";
     return 2;
   }
   masque::set_thread_count(1);
@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
       library.get_alias<const masque::PluginDescriptor*()>("masque_plugin_descriptor")();
   masque::Params params;
   params.set("path", std::string(argv[1]));
+  if (argc == 4) params.set("matmul_dtype", std::string(argv[3]));
   std::unique_ptr<masque::Model> model(dynamic_cast<masque::Model*>(d->create(params)));
 
   nlohmann::json results = nlohmann::json::array();

@@ -1,10 +1,12 @@
 #include "masque/tensor.hpp"
 
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 
 #include "masque/error.hpp"
+#include "numerics/simd.hpp"
 
 namespace masque {
 
@@ -169,16 +171,28 @@ float half_to_float(std::uint16_t h) {
 }
 }  // namespace
 
+MASQUE_VECTORIZE void round_to_bf16(const float* __restrict x, std::int64_t n,
+                                    std::uint16_t* __restrict out) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto u = std::bit_cast<std::uint32_t>(x[i]);
+    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    out[i] = static_cast<std::uint16_t>(x[i] != x[i] ? (u >> 16) | 0x40u : rounded);
+  }
+}
+
+MASQUE_VECTORIZE void widen_bf16(const std::uint16_t* __restrict x, std::int64_t n,
+                                 float* __restrict out) {
+  for (std::int64_t i = 0; i < n; ++i)
+    out[i] = std::bit_cast<float>(static_cast<std::uint32_t>(x[i]) << 16);
+}
+
 Tensor Tensor::to_f32() const {
   if (dtype_ == DType::f32) return clone();
   Tensor t(shape_, DType::f32);
   float* out = t.f32();
   const auto* in = static_cast<const std::uint16_t*>(data_);
   if (dtype_ == DType::bf16) {
-    for (std::int64_t i = 0; i < numel_; ++i) {
-      std::uint32_t bits = static_cast<std::uint32_t>(in[i]) << 16;
-      std::memcpy(&out[i], &bits, 4);
-    }
+    widen_bf16(in, numel_, out);
   } else if (dtype_ == DType::f16) {
     for (std::int64_t i = 0; i < numel_; ++i) out[i] = half_to_float(in[i]);
   } else {

@@ -31,13 +31,15 @@ boost::dll::shared_library open_plugin() {
   return boost::dll::shared_library((plugin_dir() / "libmasque-model-rnn-seq2seq.so").string());
 }
 
-LoadedModel load_model(const boost::dll::shared_library& library, const fs::path& folder) {
+LoadedModel load_model(const boost::dll::shared_library& library, const fs::path& folder,
+                       const std::string& matmul_dtype) {
   LoadedModel loaded;
   loaded.library = library;
   const PluginDescriptor* d =
       loaded.library.get_alias<const PluginDescriptor*()>("masque_plugin_descriptor")();
   Params params;
   params.set("path", folder.string());
+  params.set("matmul_dtype", matmul_dtype);
   std::unique_ptr<Plugin> plugin(d->create(params));
   auto* model = dynamic_cast<Model*>(plugin.get());
   if (!model) throw std::runtime_error("the rnn-seq2seq plugin did not create a Model");
@@ -45,7 +47,6 @@ LoadedModel load_model(const boost::dll::shared_library& library, const fs::path
   loaded.model.reset(model);
   return loaded;
 }
-
 
 std::vector<double> log_softmax_row(const float* row, std::int32_t vocab) {
   double top = row[0];

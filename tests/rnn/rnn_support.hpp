@@ -35,10 +35,12 @@ struct LoadedModel {
   const Model* operator->() const { return model.get(); }
 };
 boost::dll::shared_library open_plugin();
+// `matmul_dtype`: the plugin parameter (f32, bf16).
 LoadedModel load_model(const boost::dll::shared_library& library,
-                       const std::filesystem::path& folder);
-inline LoadedModel load_model(const std::string& fixture) {
-  return load_model(open_plugin(), fixture_dir(fixture));
+                       const std::filesystem::path& folder,
+                       const std::string& matmul_dtype = "f32");
+inline LoadedModel load_model(const std::string& fixture, const std::string& matmul_dtype = "f32") {
+  return load_model(open_plugin(), fixture_dir(fixture), matmul_dtype);
 }
 
 std::vector<double> log_softmax_row(const float* row, std::int32_t vocab);

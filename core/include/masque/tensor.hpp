@@ -24,6 +24,11 @@ const char* to_string(DType dtype);
 using Shape = std::vector<std::int64_t>;
 
 std::int64_t num_elements(const Shape& shape);
+
+// bfloat16 conversions of n floats: rounded to nearest even, as oneDNN's reorders do (a NaN
+// stays a quiet NaN); widened exactly.
+BOOST_SYMBOL_VISIBLE void round_to_bf16(const float* x, std::int64_t n, std::uint16_t* out);
+BOOST_SYMBOL_VISIBLE void widen_bf16(const std::uint16_t* x, std::int64_t n, float* out);
 std::string to_string(const Shape& shape);  // "[2, 3]"
 
 class BOOST_SYMBOL_VISIBLE Tensor {

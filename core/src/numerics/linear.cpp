@@ -629,16 +629,6 @@ Bound& bound_memories(const std::shared_ptr<const void>& exe, const dnnl::memory
   return b;
 }
 
-// Rounds to bfloat16, to nearest even as oneDNN's reorders do; a NaN stays a (quiet) NaN.
-MASQUE_VECTORIZE void round_to_bf16(const float* __restrict x, std::int64_t n,
-                                    std::uint16_t* __restrict out) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const auto u = std::bit_cast<std::uint32_t>(x[i]);
-    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    out[i] = static_cast<std::uint16_t>(x[i] != x[i] ? (u >> 16) | 0x40u : rounded);
-  }
-}
-
 }  // namespace
 
 const std::uint16_t* Linear::Impl::to_bf16(const float* x, std::int64_t rows) const {

@@ -105,17 +105,6 @@ void require(bool ok, const std::string& what) {
   if (!ok) throw RuntimeError("train linear: " + what);
 }
 
-// Rounds to bfloat16, to nearest even as oneDNN's reorders do; a NaN stays a (quiet) NaN.
-MASQUE_VECTORIZE void round_to_bf16(const float* __restrict x, std::int64_t n,
-                                    std::uint16_t* __restrict out) {
-#pragma omp simd
-  for (std::int64_t i = 0; i < n; ++i) {
-    const auto u = std::bit_cast<std::uint32_t>(x[i]);
-    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    out[i] = static_cast<std::uint16_t>(x[i] != x[i] ? (u >> 16) | 0x40u : rounded);
-  }
-}
-
 // The calling thread's bf16 copies of a product's operands (slot 0, 1, 2), kept between calls.
 const std::uint16_t* to_bf16(int slot, const float* x, std::int64_t n) {
   thread_local std::vector<std::uint16_t> buffers[3];

@@ -5,15 +5,84 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 namespace masque::rnn {
 
-Tensor Attention::keys(const Tensor& memory) const {
-  Tensor k;
-  const std::int64_t rows = memory.dim(0) * memory.dim(1);
-  if (rows == 0) return Tensor::zeros({0, w_.key.out_features()});
-  w_.key.forward(memory.reshaped({rows, memory.dim(2)}), k);
-  return k;
+Tensor Attention::keys(const Tensor& memory, std::span<const std::int32_t> lengths) const {
+  const std::int64_t B = memory.dim(0), T = memory.dim(1), M = memory.dim(2);
+  const std::int64_t A = w_.key.out_features();
+  Tensor keys = Tensor::zeros({B * T, A});  // a pad's key is never read
+  const std::int64_t real = std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0});
+  if (real == 0) return keys;
+  if (real == B * T) {
+    w_.key.forward(memory.f32(), real, keys.f32());
+    return keys;
+  }
+  // Only the real positions: the products of the pads would be thrown away.
+  Tensor packed({real, M}), packed_keys({real, A});
+  for (std::int64_t b = 0, r = 0; b < B; r += lengths[b], ++b)
+    std::memcpy(packed.f32() + r * M, memory.f32() + b * T * M, lengths[b] * M * sizeof(float));
+  w_.key.forward(packed.f32(), real, packed_keys.f32());
+  for (std::int64_t b = 0, r = 0; b < B; r += lengths[b], ++b)
+    std::memcpy(keys.f32() + b * T * A, packed_keys.f32() + r * A, lengths[b] * A * sizeof(float));
+  return keys;
+}
+
+namespace {
+
+// Partial sums per reduction: the compiler keeps them in one vector register, so the loops
+// below vectorize without reassociating floats (the order is fixed by this source).
+constexpr int kLanes = 16;
+
+float lane_sum(float* acc) {
+  for (int width = kLanes / 2; width > 0; width /= 2)
+    for (int l = 0; l < width; ++l) acc[l] += acc[l + width];
+  return acc[0];
+}
+
+// Bahdanau: scores[j] = v . tanh(query + k_j) over `len` keys (rows of A floats).
+MASQUE_RNN_VECTORIZE void additive_scores(const float* keys, std::int32_t len, std::int64_t A,
+                                          const float* query, const float* v, float* scores) {
+  for (std::int32_t j = 0; j < len; ++j) {
+    const float* k = keys + j * A;
+    float acc[kLanes] = {};
+    std::int64_t i = 0;
+    for (; i + kLanes <= A; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) acc[l] += v[i + l] * fast_tanh(query[i + l] + k[i + l]);
+    for (; i < A; ++i) acc[i % kLanes] += v[i] * fast_tanh(query[i] + k[i]);
+    scores[j] = lane_sum(acc);
+  }
+}
+
+// Luong (general): scores[j] = s . k_j.
+MASQUE_RNN_VECTORIZE void dot_scores(const float* keys, std::int32_t len, std::int64_t A,
+                                     const float* s, float* scores) {
+  for (std::int32_t j = 0; j < len; ++j) {
+    const float* k = keys + j * A;
+    float acc[kLanes] = {};
+    std::int64_t i = 0;
+    for (; i + kLanes <= A; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) acc[l] += s[i + l] * k[i + l];
+    for (; i < A; ++i) acc[i % kLanes] += s[i] * k[i];
+    scores[j] = lane_sum(acc);
+  }
+}
+
+// context = sum_j alpha[j] h_j over `len` memory vectors (rows of M floats).
+MASQUE_RNN_VECTORIZE void weighted_sum(const float* memory, const float* alpha, std::size_t len,
+                                       std::int64_t M, float* context) {
+  std::fill(context, context + M, 0.0f);
+  for (std::size_t j = 0; j < len; ++j) {
+    const float* h = memory + j * M;
+    for (std::int64_t i = 0; i < M; ++i) context[i] += alpha[j] * h[i];
+  }
+}
+
+}  // namespace
+
+MASQUE_RNN_VECTORIZE void tanh_in_place(float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) x[i] = fast_tanh(x[i]);
 }
 
 void Attention::weigh(const SourceMemory& source, std::int32_t src, const float* s,
@@ -22,18 +91,11 @@ void Attention::weigh(const SourceMemory& source, std::int32_t src, const float*
   const std::int64_t A = w_.key.out_features();
   const float* keys = source.keys.f32() + static_cast<std::int64_t>(src) * source.length * A;
   scores.resize(len);
-  for (std::int32_t j = 0; j < len; ++j) {
-    const float* k = keys + j * A;
-    float score = 0.0f;
-    if (w_.kind == AttentionKind::luong) {
-      for (std::int64_t i = 0; i < A; ++i) score += s[i] * k[i];
-    } else {
-      const float* v = w_.v.f32();
-      for (std::int64_t i = 0; i < A; ++i) score += v[i] * fast_tanh(query[i] + k[i]);
-    }
-    scores[j] = score;
-  }
   if (len == 0) return;
+  if (w_.kind == AttentionKind::luong)
+    dot_scores(keys, len, A, s, scores.data());
+  else
+    additive_scores(keys, len, A, query, w_.v.f32(), scores.data());
   const float top = *std::max_element(scores.begin(), scores.end());
   float sum = 0.0f;
   for (float& x : scores) sum += (x = std::exp(x - top));
@@ -55,18 +117,12 @@ void Attention::attend(const SourceMemory& source, std::span<const std::int32_t>
     weigh(source, src, s_row, q_row, scratch.scores);
     // joined = [context | s]
     float* context = scratch.joined.f32() + r * (M + Hd);
-    std::fill(context, context + M, 0.0f);
     const float* memory = source.memory.f32() + static_cast<std::int64_t>(src) * source.length * M;
-    for (std::size_t j = 0; j < scratch.scores.size(); ++j) {
-      const float alpha = scratch.scores[j];
-      const float* h = memory + j * M;
-      for (std::int64_t i = 0; i < M; ++i) context[i] += alpha * h[i];
-    }
+    weighted_sum(memory, scratch.scores.data(), scratch.scores.size(), M, context);
     std::memcpy(context + M, s_row, Hd * sizeof(float));
   }
   w_.output.forward(scratch.joined, a);
-  float* out = a.f32();
-  for (std::int64_t i = 0; i < a.numel(); ++i) out[i] = std::tanh(out[i]);
+  tanh_in_place(a.f32(), a.numel());
 }
 
 }  // namespace masque::rnn

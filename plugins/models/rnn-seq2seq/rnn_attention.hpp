@@ -44,8 +44,9 @@ class Attention {
   Attention() = default;
   explicit Attention(AttentionWeights weights) : w_(std::move(weights)) {}
 
-  // W_k h for every memory vector: [sources * T, A].
-  Tensor keys(const Tensor& memory) const;
+  // W_k h for every memory vector of [sources, T, M] whose position is below its source's
+  // length: [sources * T, A] (zeros at the pads).
+  Tensor keys(const Tensor& memory, std::span<const std::int32_t> lengths) const;
   // s [rows, Hd] -> the attentional vectors a [rows, Hd]; row r attends over source
   // source_of[r]. A source without tokens gives a zero context.
   void attend(const SourceMemory& source, std::span<const std::int32_t> source_of, const Tensor& s,

@@ -37,12 +37,16 @@ struct RnnLayer::Impl {
   using Key = std::tuple<std::int32_t, std::int32_t, bool, int>;
 
   Cell cell = Cell::lstm;
+  // f32, or bf16: the layer input, the hidden state and the weights rounded to bfloat16 for the
+  // products (f32 accumulation; the LSTM cell state and the outputs stay f32).
+  memory::data_type type = memory::data_type::f32;
   std::int64_t in = 0, hidden = 0, gates = 0;
   std::vector<float> weights_layer, weights_iter, bias;  // ldigo, ldigo, ldgo
   mutable std::mutex mutex;
   mutable std::map<Key, std::shared_ptr<const Prepared>> cache;
   mutable std::vector<std::pair<memory::desc, memory>> reordered_layer, reordered_iter;
 
+  bool bf16() const { return type == memory::data_type::bf16; }
   memory::desc weights_layer_md() const {
     return {Dims{1, 1, in, gates, hidden}, memory::data_type::f32, Tag::ldigo};
   }
@@ -54,16 +58,20 @@ struct RnnLayer::Impl {
     return {Dims{1, 1, biases, hidden}, memory::data_type::f32, Tag::ldgo};
   }
   memory::desc sequence_md(std::int32_t steps, std::int32_t rows, std::int64_t width) const {
-    return {Dims{steps, rows, width}, memory::data_type::f32, Tag::tnc};
+    return {Dims{steps, rows, width}, type, Tag::tnc};
   }
+  // The hidden state (in the layer's type) and the LSTM cell state (f32).
   memory::desc state_md(std::int32_t rows, bool present) const {
+    if (!present) return {};
+    return {Dims{1, 1, rows, hidden}, type, Tag::ldnc};
+  }
+  memory::desc cell_state_md(std::int32_t rows, bool present) const {
     if (!present) return {};
     return {Dims{1, 1, rows, hidden}, memory::data_type::f32, Tag::ldnc};
   }
 
-  static memory::desc with_any(const memory::desc& md) {
-    return {md.dims(), md.data_type(), Tag::any};
-  }
+  // The layer's weights in `any` layout and its type: oneDNN picks its packed / blocked one.
+  memory::desc with_any(const memory::desc& md) const { return {md.dims(), type, Tag::any}; }
 
   // The weights (`plain`, in layout `from`) in layout `to`: reordered once per layout and kept
   // (packed layouts may depend on the row count; there are few of them). Called under `mutex`.
@@ -92,17 +100,17 @@ struct RnnLayer::Impl {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     const auto src = sequence_md(steps, rows, in), dst = sequence_md(steps, rows, hidden);
-    const auto state = state_md(rows, stateful);
+    const auto state = state_md(rows, stateful), cell_state = cell_state_md(rows, stateful);
     const auto direction = dnnl::rnn_direction::unidirectional_left2right;
     const auto prop = dnnl::prop_kind::forward_inference;
     auto prepared = std::make_shared<Prepared>();
-    // Weights in `any` layout: oneDNN picks its packed / blocked one (the fast kernels need
-    // it); they are reordered from ldigo once per layout (see weights_in()).
+    // Weights in `any` layout (the fast kernels need it), reordered from the f32 ldigo ones
+    // once per layout (see weights_in()).
     const auto weights_layer_any = with_any(weights_layer_md());
     const auto weights_iter_any = with_any(weights_iter_md());
     if (cell == Cell::lstm) {
-      dnnl::lstm_forward::desc d(prop, direction, src, state, state, weights_layer_any,
-                                 weights_iter_any, bias_md(), dst, state, state);
+      dnnl::lstm_forward::desc d(prop, direction, src, state, cell_state, weights_layer_any,
+                                 weights_iter_any, bias_md(), dst, state, cell_state);
       dnnl::lstm_forward::primitive_desc pd(d, attr, cpu());
       prepared->primitive = dnnl::lstm_forward(pd);
       prepared->scratchpad = pd.scratchpad_desc();
@@ -138,32 +146,62 @@ struct RnnLayer::Impl {
     auto mem = [](const memory::desc& md, const void* data) {
       return memory(md, cpu(), const_cast<void*>(data));
     };
+    const std::int64_t x_size = std::int64_t{steps} * rows * in;
+    const std::int64_t y_size = std::int64_t{steps} * rows * hidden, h_size = rows * hidden;
+    // bf16: the f32 inputs rounded, the outputs widened after the call (per thread, kept).
+    thread_local std::vector<std::uint16_t> x16, h16, y16, h_out16;
+    const void* x_arg = x;
+    const void* h_arg = h;
+    void* y_arg = y;
+    void* h_out_arg = h_out;
+    if (bf16()) {
+      x16.resize(x_size);
+      round_to_bf16(x, x_size, x16.data());
+      x_arg = x16.data();
+      y16.resize(y_size);
+      y_arg = y16.data();
+      if (stateful) {
+        h16.resize(h_size);
+        round_to_bf16(h, h_size, h16.data());
+        h_arg = h16.data();
+        h_out16.resize(h_size);
+        h_out_arg = h_out16.data();
+      }
+    }
     std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC_LAYER, mem(sequence_md(steps, rows, in), x)},
+        {DNNL_ARG_SRC_LAYER, mem(sequence_md(steps, rows, in), x_arg)},
         {DNNL_ARG_WEIGHTS_LAYER, prepared->weights_layer},
         {DNNL_ARG_WEIGHTS_ITER, prepared->weights_iter},
         {DNNL_ARG_BIAS, mem(bias_md(), bias.data())},
-        {DNNL_ARG_DST_LAYER, mem(sequence_md(steps, rows, hidden), y)},
+        {DNNL_ARG_DST_LAYER, mem(sequence_md(steps, rows, hidden), y_arg)},
         {DNNL_ARG_SCRATCHPAD, mem(prepared->scratchpad, scratchpad)},
     };
     if (stateful) {
       const auto state = state_md(rows, true);
-      args.emplace(DNNL_ARG_SRC_ITER, mem(state, h));
-      args.emplace(DNNL_ARG_DST_ITER, mem(state, h_out));
+      args.emplace(DNNL_ARG_SRC_ITER, mem(state, h_arg));
+      args.emplace(DNNL_ARG_DST_ITER, mem(state, h_out_arg));
       if (cell == Cell::lstm) {
-        args.emplace(DNNL_ARG_SRC_ITER_C, mem(state, c));
-        args.emplace(DNNL_ARG_DST_ITER_C, mem(state, c_out));
+        const auto cell_state = cell_state_md(rows, true);
+        args.emplace(DNNL_ARG_SRC_ITER_C, mem(cell_state, c));
+        args.emplace(DNNL_ARG_DST_ITER_C, mem(cell_state, c_out));
       }
     }
     prepared->primitive.execute(stream(), args);
     stream().wait();
+    if (!bf16()) return;
+    widen_bf16(y16.data(), y_size, y);
+    if (stateful) widen_bf16(h_out16.data(), h_size, h_out);
   }
 };
 
 RnnLayer::RnnLayer(Cell cell, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
-                   const Tensor& b_hh) {
+                   const Tensor& b_hh, DType compute) {
+  if (compute != DType::f32 && compute != DType::bf16)
+    throw ConfigError(std::string("rnn-seq2seq: recurrent layers compute in f32 or bf16, not ") +
+                      to_string(compute));
   auto impl = std::make_shared<Impl>();
   impl->cell = cell;
+  impl->type = compute == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   impl->gates = cell == Cell::lstm ? 4 : 3;
   const std::int64_t G = impl->gates, H = w_hh.dim(1), I = w_ih.dim(1);
   impl->in = I;
@@ -195,6 +233,16 @@ RnnLayer::RnnLayer(Cell cell, const Tensor& w_ih, const Tensor& w_hh, const Tens
       impl->bias[g * H + o] = split ? bi[row] : bi[row] + bh[row];
       if (split) impl->bias[3 * H + o] = bh[row];
     }
+  if (impl->bf16()) {
+    // Fail at load, not at the first record, where the CPU has no bf16 RNN kernels.
+    try {
+      impl->prepare(1, 1, true);
+    } catch (const dnnl::error& e) {
+      throw ConfigError(std::string("rnn-seq2seq: matmul_dtype=bf16 needs a CPU with AVX-512 "
+                                    "(oneDNN has no bf16 recurrent kernels here: ") +
+                        e.what() + ")");
+    }
+  }
   impl_ = std::move(impl);
 }
 
@@ -213,9 +261,18 @@ void RnnLayer::run(std::span<const std::int32_t> lengths, const float* x, float*
   if (lengths.back() == steps)
     return impl_->execute(steps, batch, x, nullptr, nullptr, y, nullptr, nullptr);
   const bool lstm = impl_->cell == Cell::lstm;
-  // The state between segments (two buffers: no output may alias an input), and the segment's
-  // rows of x and y when fewer than all rows run.
-  std::vector<float> h(2 * batch * H, 0.0f), c(lstm ? 2 * batch * H : 0, 0.0f), xs, ys;
+  // The state between segments (two buffers: no output may alias an input; the first starts
+  // at zero), and the segment's rows of x and y when fewer than all rows run. Per thread, kept.
+  thread_local std::vector<float> h, c, xs, ys;
+  const auto grow = [](std::vector<float>& v, std::size_t n) {
+    if (v.size() < n) v.resize(n);
+  };
+  grow(h, 2 * batch * H);
+  std::fill_n(h.data(), batch * H, 0.0f);
+  if (lstm) {
+    grow(c, 2 * batch * H);
+    std::fill_n(c.data(), batch * H, 0.0f);
+  }
   std::int32_t t0 = 0, rows = batch;
   for (int flip = 0; t0 < steps; flip ^= 1) {
     while (lengths[rows - 1] <= t0) --rows;
@@ -223,8 +280,8 @@ void RnnLayer::run(std::span<const std::int32_t> lengths, const float* x, float*
     const float* xi = x + static_cast<std::int64_t>(t0) * batch * in;
     float* yo = y + static_cast<std::int64_t>(t0) * batch * H;
     if (rows < batch) {
-      xs.resize(static_cast<std::size_t>(n) * rows * in);
-      ys.resize(static_cast<std::size_t>(n) * rows * H);
+      grow(xs, static_cast<std::size_t>(n) * rows * in);
+      grow(ys, static_cast<std::size_t>(n) * rows * H);
       for (std::int32_t t = 0; t < n; ++t)
         std::copy_n(xi + t * batch * in, rows * in, xs.data() + t * rows * in);
     }

@@ -21,8 +21,10 @@ class RnnLayer {
  public:
   RnnLayer() = default;
   // w_ih [G*H, in], w_hh [G*H, H], b_ih and b_hh [G*H] in torch's gate order (G = 4 LSTM, 3 GRU).
+  // `compute` f32, or bf16: inputs, hidden states and weights rounded to bfloat16 for the
+  // products (f32 accumulation, f32 cell state and outputs; throws where the CPU lacks it).
   RnnLayer(Cell cell, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
-           const Tensor& b_hh);
+           const Tensor& b_hh, DType compute = DType::f32);
 
   std::int64_t input_size() const;
   std::int64_t hidden_size() const;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "fast_tanh.hpp"
 #include "masque/error.hpp"
 #include "masque/ops.hpp"
 #include "masque/safetensors.hpp"
@@ -31,8 +32,10 @@ Tensor gather_rows(const Tensor& t, std::span<const std::int32_t> rows) {
 // parameters masque train initialised (rnn_parameters.hpp).
 class Weights {
  public:
-  explicit Weights(const std::filesystem::path& dir) : st_(SafeTensors::open(dir)) {}
-  explicit Weights(const train::ParameterSet& params) : params_(&params) {}
+  // `compute`: the type the layers built from the tensors compute in.
+  Weights(const std::filesystem::path& dir, DType compute)
+      : st_(SafeTensors::open(dir)), compute_(compute) {}
+  Weights(const train::ParameterSet& params, DType compute) : params_(&params), compute_(compute) {}
   Tensor matrix(const std::string& name, std::int64_t rows, std::int64_t cols) const {
     return get(name, {rows, cols});
   }
@@ -48,13 +51,14 @@ class Weights {
     const Tensor w_hh = matrix(prefix + ".weight_hh" + l, gates, hidden);
     const Tensor b_ih = vector(prefix + ".bias_ih" + l, gates);
     const Tensor b_hh = vector(prefix + ".bias_hh" + l, gates);
-    return RnnLayer(cell, w_ih, w_hh, b_ih, b_hh);
+    return RnnLayer(cell, w_ih, w_hh, b_ih, b_hh, compute_);
   }
   // An nn.Linear `prefix` (.weight [out, in], and .bias [out] when `bias`).
   Linear linear(const std::string& prefix, std::int64_t out, std::int64_t in, bool bias) const {
     const Tensor weight = matrix(prefix + ".weight", out, in);
-    return Linear(weight, bias ? vector(prefix + ".bias", out) : Tensor());
+    return Linear(weight, bias ? vector(prefix + ".bias", out) : Tensor(), options());
   }
+  LinearOptions options() const { return {.compute = compute_}; }
 
  private:
   Tensor get(const std::string& name, const Shape& shape) const {
@@ -65,6 +69,7 @@ class Weights {
   }
   SafeTensors st_;
   const train::ParameterSet* params_ = nullptr;
+  DType compute_ = DType::f32;
 };
 
 namespace {
@@ -145,13 +150,14 @@ std::unique_ptr<DecodeState> RnnState::fork() const {
 
 // ---- model ---------------------------------------------------------------------------------
 
-RnnSeq2SeqModel::RnnSeq2SeqModel(const std::filesystem::path& path, std::int64_t init_seed)
-    : path_(path), init_seed_(init_seed), config_(RnnConfig::load(path)) {
+RnnSeq2SeqModel::RnnSeq2SeqModel(const std::filesystem::path& path, std::int64_t init_seed,
+                                 DType compute)
+    : path_(path), init_seed_(init_seed), compute_(compute), config_(RnnConfig::load(path)) {
   if (init_seed_ >= 0) {
     const train::ParameterSet params = parameters();
-    build(Weights(params));
+    build(Weights(params, compute_));
   } else {
-    build(Weights(path));
+    build(Weights(path, compute_));
   }
 }
 
@@ -169,7 +175,7 @@ void RnnSeq2SeqModel::build(const Weights& w) {
                              l == 0 ? c.decoder_input_size() : c.decoder_hidden, c.decoder_hidden));
   attention_ = load_attention(w, c);
   generator_ = c.tie_output
-                   ? Linear(target_embeddings_)
+                   ? Linear(target_embeddings_, {}, w.options())
                    : w.linear("generator", c.target_vocab, c.decoder_hidden, c.output_bias);
 
   info_.architecture = "rnn-seq2seq";
@@ -209,10 +215,11 @@ std::vector<Tensor> RnnSeq2SeqModel::initial_states(const Tensor& final_state) c
   if (bridge_.empty() || rows == 0) return h;
   Tensor all;  // [rows, layers * Hd]: layer l's state is columns l*Hd ...
   bridge_.forward(final_state, all);
+  tanh_in_place(all.f32(), all.numel());
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int32_t l = 0; l < config_.decoder_layers; ++l)
-      for (std::int64_t i = 0; i < Hd; ++i)
-        h[l].f32()[r * Hd + i] = std::tanh(all.f32()[(r * config_.decoder_layers + l) * Hd + i]);
+      std::memcpy(h[l].f32() + r * Hd, all.f32() + (r * config_.decoder_layers + l) * Hd,
+                  Hd * sizeof(float));
   return h;
 }
 
@@ -221,7 +228,7 @@ std::unique_ptr<DecodeState> RnnSeq2SeqModel::start(const Batch& batch, Tensor*)
   auto source = std::make_shared<SourceMemory>();
   source->length = encoded.length;
   source->lengths = std::move(encoded.lengths);
-  source->keys = attention_.keys(encoded.memory);
+  source->keys = attention_.keys(encoded.memory, source->lengths);
   source->memory = std::move(encoded.memory);
 
   const std::int64_t rows = batch.batch, Hd = config_.decoder_hidden;

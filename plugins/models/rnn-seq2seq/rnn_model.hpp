@@ -64,7 +64,9 @@ class RnnSeq2SeqModel final : public Model, public train::TrainableModel {
  public:
   // init_seed >= 0: the parameters initialised from that seed (rnn_parameters.hpp; the folder
   // needs only config.json); -1: read from the folder's model.safetensors.
-  explicit RnnSeq2SeqModel(const std::filesystem::path& path, std::int64_t init_seed = -1);
+  // `compute`: the type of every product (f32 or bf16: RnnLayer, Linear).
+  explicit RnnSeq2SeqModel(const std::filesystem::path& path, std::int64_t init_seed = -1,
+                           DType compute = DType::f32);
 
   const ModelInfo& info() const override { return info_; }
   // Throws ConfigError: an encoder-decoder runs through start() and step().
@@ -85,6 +87,7 @@ class RnnSeq2SeqModel final : public Model, public train::TrainableModel {
 
   std::filesystem::path path_;
   std::int64_t init_seed_ = -1;
+  DType compute_ = DType::f32;
   RnnConfig config_;
   ModelInfo info_;
   Encoder encoder_;
