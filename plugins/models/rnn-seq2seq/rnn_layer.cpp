@@ -11,7 +11,9 @@
 
 #include <dnnl.hpp>
 
+#include "fast_tanh.hpp"
 #include "masque/error.hpp"
+#include "masque/layers.hpp"
 #include "masque/threading.hpp"
 
 namespace masque::rnn {
@@ -25,6 +27,36 @@ using Dims = memory::dims;
 // Primitives are created per (steps, rows, stateful, threads); a run with many distinct source
 // lengths and batch sizes would otherwise keep adding. Beyond this, the cache starts over.
 constexpr std::size_t kMaxCached = 128;
+
+inline float sigmoid(float x) {
+  return 0.5f + 0.5f * fast_tanh(0.5f * x);
+}
+
+// torch's LSTM cell on one row, gates i f g o: xg = W_ih x + b_ih + b_hh, hg = W_hh h;
+// c <- f c + i g, h_out = o tanh(c).
+MASQUE_RNN_VECTORIZE void lstm_cell(const float* xg, const float* hg, std::int64_t H, float* c,
+                                    float* h_out) {
+  for (std::int64_t k = 0; k < H; ++k) {
+    const float i = sigmoid(xg[k] + hg[k]);
+    const float f = sigmoid(xg[H + k] + hg[H + k]);
+    const float g = fast_tanh(xg[2 * H + k] + hg[2 * H + k]);
+    const float o = sigmoid(xg[3 * H + k] + hg[3 * H + k]);
+    c[k] = f * c[k] + i * g;
+    h_out[k] = o * fast_tanh(c[k]);
+  }
+}
+
+// torch's GRU cell on one row, gates r z n: xg = W_ih x + b_ih, hg = W_hh h + b_hh;
+// n = tanh(xg_n + r hg_n), h_out = (1 - z) n + z h.
+MASQUE_RNN_VECTORIZE void gru_cell(const float* xg, const float* hg, const float* h, std::int64_t H,
+                                   float* h_out) {
+  for (std::int64_t k = 0; k < H; ++k) {
+    const float r = sigmoid(xg[k] + hg[k]);
+    const float z = sigmoid(xg[H + k] + hg[H + k]);
+    const float n = fast_tanh(xg[2 * H + k] + r * hg[2 * H + k]);
+    h_out[k] = (1.0f - z) * n + z * h[k];
+  }
+}
 
 }  // namespace
 
@@ -42,6 +74,9 @@ struct RnnLayer::Impl {
   memory::data_type type = memory::data_type::f32;
   std::int64_t in = 0, hidden = 0, gates = 0;
   std::vector<float> weights_layer, weights_iter, bias;  // ldigo, ldigo, ldgo
+  // f32 only: one row's recurrence as Linears (see run_one_row()). input: W_ih x + b_ih (+ b_hh
+  // for the LSTM); recurrent: W_hh h (+ b_hh for the GRU), both in torch's gate order.
+  Linear input, recurrent;
   mutable std::mutex mutex;
   mutable std::map<Key, std::shared_ptr<const Prepared>> cache;
   mutable std::vector<std::pair<memory::desc, memory>> reordered_layer, reordered_iter;
@@ -129,6 +164,41 @@ struct RnnLayer::Impl {
     }
     cache.emplace(key, prepared);
     return prepared;
+  }
+
+  // One row (a source encoded alone): the primitive's brgemm is built for many rows, and at one
+  // row it reads the recurrent weights at a fraction of the cache's bandwidth. Here the input
+  // projection of every step is one product, and each step's W_hh h streams the packed weights
+  // with libmasque's one-row kernel (Linear::streams_one_row), then the cell in place.
+  void run_one_row(std::int32_t steps, const float* x, const float* h0, const float* c0, float* y,
+                   float* h_last, float* c_last) const {
+    const std::int64_t H = hidden, G = gates;
+    thread_local std::vector<float> xg, hg, c;
+    if (xg.size() < static_cast<std::size_t>(steps * G * H)) xg.resize(steps * G * H);
+    if (hg.size() < static_cast<std::size_t>(G * H)) hg.resize(G * H);
+    if (c.size() < static_cast<std::size_t>(H)) c.resize(H);
+    input.forward(x, steps, xg.data());
+    if (c0)
+      std::copy_n(c0, H, c.data());
+    else
+      std::fill_n(c.data(), H, 0.0f);
+    thread_local std::vector<float> zeros;
+    if (!h0) {
+      zeros.assign(H, 0.0f);
+      h0 = zeros.data();
+    }
+    const float* h = h0;
+    for (std::int32_t t = 0; t < steps; ++t) {
+      recurrent.forward(h, 1, hg.data());
+      float* out = y + t * H;
+      if (cell == Cell::lstm)
+        lstm_cell(xg.data() + t * G * H, hg.data(), H, c.data(), out);
+      else
+        gru_cell(xg.data() + t * G * H, hg.data(), h, H, out);
+      h = out;
+    }
+    if (h_last) std::copy_n(h, H, h_last);
+    if (c_last) std::copy_n(c.data(), H, c_last);
   }
 
   // h, c, h_out, c_out: null for a run from the zero state whose final state is not wanted.
@@ -233,6 +303,13 @@ RnnLayer::RnnLayer(Cell cell, const Tensor& w_ih, const Tensor& w_hh, const Tens
       impl->bias[g * H + o] = split ? bi[row] : bi[row] + bh[row];
       if (split) impl->bias[3 * H + o] = bh[row];
     }
+  if (!impl->bf16()) {
+    Tensor input_bias = b_ih.clone();
+    if (cell == Cell::lstm)
+      for (std::int64_t i = 0; i < G * H; ++i) input_bias.f32()[i] += bh[i];
+    impl->input = Linear(w_ih, input_bias);
+    impl->recurrent = Linear(w_hh, cell == Cell::gru ? b_hh : Tensor());
+  }
   if (impl->bf16()) {
     // Fail at load, not at the first record, where the CPU has no bf16 RNN kernels.
     try {
@@ -258,6 +335,8 @@ void RnnLayer::run(std::span<const std::int32_t> lengths, const float* x, float*
   if (batch == 0 || lengths[0] == 0) return;
   const std::int32_t steps = lengths[0];
   const std::int64_t in = impl_->in, H = impl_->hidden;
+  if (batch == 1 && !impl_->bf16())
+    return impl_->run_one_row(steps, x, nullptr, nullptr, y, nullptr, nullptr);
   if (lengths.back() == steps)
     return impl_->execute(steps, batch, x, nullptr, nullptr, y, nullptr, nullptr);
   const bool lstm = impl_->cell == Cell::lstm;
@@ -303,6 +382,7 @@ void RnnLayer::run(std::span<const std::int32_t> lengths, const float* x, float*
 
 void RnnLayer::step(std::int32_t batch, const float* x, const float* h, const float* c,
                     float* h_out, float* c_out) const {
+  if (batch == 1 && !impl_->bf16()) return impl_->run_one_row(1, x, h, c, h_out, nullptr, c_out);
   // dst_layer and dst_iter of one step are the same numbers; the layer output goes to h_out.
   thread_local std::vector<float> discard;
   discard.resize(static_cast<std::size_t>(batch) * impl_->hidden);

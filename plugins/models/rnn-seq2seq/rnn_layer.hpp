@@ -1,5 +1,6 @@
 // One recurrent layer in one direction (a torch nn.LSTM / nn.GRU layer) on oneDNN's
-// `lstm_forward` or `lbr_gru_forward` primitive.
+// `lstm_forward` or `lbr_gru_forward` primitive; in f32, a single row runs on two Linears and
+// the cell instead (the one-row product streams the weights faster than the primitive).
 //
 // The torch weights are reordered once at construction into oneDNN's ldigo / ldgo layouts:
 // torch stacks gates as rows [G*H, in] in the order i f g o (LSTM) and r z n (GRU); oneDNN wants
