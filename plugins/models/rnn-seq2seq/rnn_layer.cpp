@@ -70,7 +70,8 @@ struct RnnLayer::Impl {
 
   Cell cell = Cell::lstm;
   // f32, or bf16: the layer input, the hidden state and the weights rounded to bfloat16 for the
-  // products (f32 accumulation; the LSTM cell state and the outputs stay f32).
+  // products (f32 accumulation); outputs and hidden state come back in bfloat16 (widened to
+  // f32), the LSTM cell state stays f32.
   memory::data_type type = memory::data_type::f32;
   std::int64_t in = 0, hidden = 0, gates = 0;
   std::vector<float> weights_layer, weights_iter, bias;  // ldigo, ldigo, ldgo
@@ -166,10 +167,11 @@ struct RnnLayer::Impl {
     return prepared;
   }
 
-  // One row (a source encoded alone): the primitive's brgemm is built for many rows, and at one
-  // row it reads the recurrent weights at a fraction of the cache's bandwidth. Here the input
-  // projection of every step is one product, and each step's W_hh h streams the packed weights
-  // with libmasque's one-row kernel (Linear::streams_one_row), then the cell in place.
+  // One row (a source encoded alone, a one-row decoding step): the primitive's brgemm is built for
+  // many rows, and at one row it reads the recurrent weights at a fraction of the cache's
+  // bandwidth. Here the input projection of every step is one product, and each step's W_hh h
+  // streams the packed weights with libmasque's one-row kernel (Linear::streams_one_row), then the
+  // cell in place.
   void run_one_row(std::int32_t steps, const float* x, const float* h0, const float* c0, float* y,
                    float* h_last, float* c_last) const {
     const std::int64_t H = hidden, G = gates;
@@ -309,8 +311,7 @@ RnnLayer::RnnLayer(Cell cell, const Tensor& w_ih, const Tensor& w_hh, const Tens
       for (std::int64_t i = 0; i < G * H; ++i) input_bias.f32()[i] += bh[i];
     impl->input = Linear(w_ih, input_bias);
     impl->recurrent = Linear(w_hh, cell == Cell::gru ? b_hh : Tensor());
-  }
-  if (impl->bf16()) {
+  } else {
     // Fail at load, not at the first record, where the CPU has no bf16 RNN kernels.
     try {
       impl->prepare(1, 1, true);
