@@ -56,8 +56,8 @@ MASQUE_VECTORIZE void gelu_tanh_loop(float* x, std::int64_t n) {
 MASQUE_VECTORIZE void silu_loop(float* x, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) x[i] = silu_scalar(x[i]);
 }
-void tanh_loop(float* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i]);
+MASQUE_VECTORIZE void tanh_loop(float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) x[i] = fast_tanh(x[i]);
 }
 MASQUE_VECTORIZE void swiglu_loop(const float* __restrict gate, const float* __restrict up,
                                   float* __restrict out, std::int64_t n) {

@@ -11,13 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && \
-    !defined(__SANITIZE_ADDRESS__)
-#define MASQUE_VECTORIZE \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MASQUE_VECTORIZE
-#endif
+#include "masque/vectorize.hpp"
 
 namespace masque::numerics {
 

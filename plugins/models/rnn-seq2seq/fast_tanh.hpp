@@ -2,17 +2,8 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdint>
 
-// The plugin is built for baseline x86-64 like libmasque: its hot attention loops are compiled
-// again for AVX-512 and AVX2+FMA and picked at load time (GCC function multiversioning).
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && \
-    !defined(__SANITIZE_ADDRESS__)
-#define MASQUE_RNN_VECTORIZE \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MASQUE_RNN_VECTORIZE
-#endif
+#include "masque/vectorize.hpp"
 
 namespace masque::rnn {
 
@@ -37,8 +28,5 @@ inline float fast_tanh(float x) {
   q = q * x2 + 4.89352518554385e-03f;
   return p / q;
 }
-
-// x[i] = tanh(x[i]) (fast_tanh, vectorized).
-void tanh_in_place(float* x, std::int64_t n);
 
 }  // namespace masque::rnn

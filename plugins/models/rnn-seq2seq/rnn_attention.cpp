@@ -42,8 +42,8 @@ float lane_sum(float* acc) {
 }
 
 // Bahdanau: scores[j] = v . tanh(query + k_j) over `len` keys (rows of A floats).
-MASQUE_RNN_VECTORIZE void additive_scores(const float* keys, std::int32_t len, std::int64_t A,
-                                          const float* query, const float* v, float* scores) {
+MASQUE_VECTORIZE void additive_scores(const float* keys, std::int32_t len, std::int64_t A,
+                                      const float* query, const float* v, float* scores) {
   for (std::int32_t j = 0; j < len; ++j) {
     const float* k = keys + j * A;
     float acc[kLanes] = {};
@@ -56,8 +56,8 @@ MASQUE_RNN_VECTORIZE void additive_scores(const float* keys, std::int32_t len, s
 }
 
 // Luong (general): scores[j] = s . k_j.
-MASQUE_RNN_VECTORIZE void dot_scores(const float* keys, std::int32_t len, std::int64_t A,
-                                     const float* s, float* scores) {
+MASQUE_VECTORIZE void dot_scores(const float* keys, std::int32_t len, std::int64_t A,
+                                 const float* s, float* scores) {
   for (std::int32_t j = 0; j < len; ++j) {
     const float* k = keys + j * A;
     float acc[kLanes] = {};
@@ -70,8 +70,8 @@ MASQUE_RNN_VECTORIZE void dot_scores(const float* keys, std::int32_t len, std::i
 }
 
 // context = sum_j alpha[j] h_j over `len` memory vectors (rows of M floats).
-MASQUE_RNN_VECTORIZE void weighted_sum(const float* memory, const float* alpha, std::size_t len,
-                                       std::int64_t M, float* context) {
+MASQUE_VECTORIZE void weighted_sum(const float* memory, const float* alpha, std::size_t len,
+                                   std::int64_t M, float* context) {
   std::fill(context, context + M, 0.0f);
   for (std::size_t j = 0; j < len; ++j) {
     const float* h = memory + j * M;
@@ -80,10 +80,6 @@ MASQUE_RNN_VECTORIZE void weighted_sum(const float* memory, const float* alpha, 
 }
 
 }  // namespace
-
-MASQUE_RNN_VECTORIZE void tanh_in_place(float* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) x[i] = fast_tanh(x[i]);
-}
 
 void Attention::weigh(const SourceMemory& source, std::int32_t src, const float* s,
                       const float* query, std::vector<float>& scores) const {
@@ -122,7 +118,7 @@ void Attention::attend(const SourceMemory& source, std::span<const std::int32_t>
     std::memcpy(context + M, s_row, Hd * sizeof(float));
   }
   w_.output.forward(scratch.joined, a);
-  tanh_in_place(a.f32(), a.numel());
+  activate(Activation::tanh, a);
 }
 
 }  // namespace masque::rnn

@@ -34,8 +34,8 @@ inline float sigmoid(float x) {
 
 // torch's LSTM cell on one row, gates i f g o: xg = W_ih x + b_ih + b_hh, hg = W_hh h;
 // c <- f c + i g, h_out = o tanh(c).
-MASQUE_RNN_VECTORIZE void lstm_cell(const float* xg, const float* hg, std::int64_t H, float* c,
-                                    float* h_out) {
+MASQUE_VECTORIZE void lstm_cell(const float* xg, const float* hg, std::int64_t H, float* c,
+                                float* h_out) {
   for (std::int64_t k = 0; k < H; ++k) {
     const float i = sigmoid(xg[k] + hg[k]);
     const float f = sigmoid(xg[H + k] + hg[H + k]);
@@ -48,8 +48,8 @@ MASQUE_RNN_VECTORIZE void lstm_cell(const float* xg, const float* hg, std::int64
 
 // torch's GRU cell on one row, gates r z n: xg = W_ih x + b_ih, hg = W_hh h + b_hh;
 // n = tanh(xg_n + r hg_n), h_out = (1 - z) n + z h.
-MASQUE_RNN_VECTORIZE void gru_cell(const float* xg, const float* hg, const float* h, std::int64_t H,
-                                   float* h_out) {
+MASQUE_VECTORIZE void gru_cell(const float* xg, const float* hg, const float* h, std::int64_t H,
+                               float* h_out) {
   for (std::int64_t k = 0; k < H; ++k) {
     const float r = sigmoid(xg[k] + hg[k]);
     const float z = sigmoid(xg[H + k] + hg[H + k]);

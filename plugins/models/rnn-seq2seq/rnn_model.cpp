@@ -4,7 +4,6 @@
 #include <cstring>
 #include <string>
 
-#include "fast_tanh.hpp"
 #include "masque/error.hpp"
 #include "masque/ops.hpp"
 #include "masque/safetensors.hpp"
@@ -215,7 +214,7 @@ std::vector<Tensor> RnnSeq2SeqModel::initial_states(const Tensor& final_state) c
   if (bridge_.empty() || rows == 0) return h;
   Tensor all;  // [rows, layers * Hd]: layer l's state is columns l*Hd ...
   bridge_.forward(final_state, all);
-  tanh_in_place(all.f32(), all.numel());
+  activate(Activation::tanh, all);
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int32_t l = 0; l < config_.decoder_layers; ++l)
       std::memcpy(h[l].f32() + r * Hd, all.f32() + (r * config_.decoder_layers + l) * Hd,
