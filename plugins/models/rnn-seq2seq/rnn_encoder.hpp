@@ -5,10 +5,10 @@
 // after every real step, and their outputs are dropped), but the backward direction would start
 // from the pads. So each layer runs two left-to-right primitives: the forward one on the tokens
 // as given, the backward one on each row's real tokens reversed (row b's step t is token
-// len_b - 1 - t, pads after); the outputs are put back in source order and concatenated, which
-// is the next layer's input. Rows run sorted longest first as packed sequences (RnnLayer::run):
-// padded steps are never computed. Cost: a few primitive calls per layer instead of one, and
-// copies of the layer's output.
+// len_b - 1 - t); the outputs are put back in source order and concatenated, which is the next
+// layer's input. Rows are sorted longest first and kept in torch's packed-sequence layout
+// (RnnLayer::run): pads are neither stored nor computed. Cost: a primitive call per distinct
+// length per layer and direction, and a copy of each layer's output.
 #pragma once
 
 #include <cstdint>

@@ -28,6 +28,13 @@ using Dims = memory::dims;
 // lengths and batch sizes would otherwise keep adding. Beyond this, the cache starts over.
 constexpr std::size_t kMaxCached = 128;
 
+// Per-thread buffers only grow: resize() to a varying size would zero-fill on every regrowth.
+template <typename T>
+T* grown(std::vector<T>& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
 inline float sigmoid(float x) {
   return 0.5f + 0.5f * fast_tanh(0.5f * x);
 }
@@ -175,32 +182,31 @@ struct RnnLayer::Impl {
   void run_one_row(std::int32_t steps, const float* x, const float* h0, const float* c0, float* y,
                    float* h_last, float* c_last) const {
     const std::int64_t H = hidden, G = gates;
-    thread_local std::vector<float> xg, hg, c;
-    if (xg.size() < static_cast<std::size_t>(steps * G * H)) xg.resize(steps * G * H);
-    if (hg.size() < static_cast<std::size_t>(G * H)) hg.resize(G * H);
-    if (c.size() < static_cast<std::size_t>(H)) c.resize(H);
-    input.forward(x, steps, xg.data());
+    thread_local std::vector<float> xg_buffer, hg_buffer, c_buffer, zeros;
+    float* xg = grown(xg_buffer, static_cast<std::size_t>(steps) * G * H);
+    float* hg = grown(hg_buffer, G * H);
+    float* c = grown(c_buffer, H);
+    input.forward(x, steps, xg);
     if (c0)
-      std::copy_n(c0, H, c.data());
+      std::copy_n(c0, H, c);
     else
-      std::fill_n(c.data(), H, 0.0f);
-    thread_local std::vector<float> zeros;
+      std::fill_n(c, H, 0.0f);
     if (!h0) {
       zeros.assign(H, 0.0f);
       h0 = zeros.data();
     }
     const float* h = h0;
     for (std::int32_t t = 0; t < steps; ++t) {
-      recurrent.forward(h, 1, hg.data());
+      recurrent.forward(h, 1, hg);
       float* out = y + t * H;
       if (cell == Cell::lstm)
-        lstm_cell(xg.data() + t * G * H, hg.data(), H, c.data(), out);
+        lstm_cell(xg + t * G * H, hg, H, c, out);
       else
-        gru_cell(xg.data() + t * G * H, hg.data(), h, H, out);
+        gru_cell(xg + t * G * H, hg, h, H, out);
       h = out;
     }
     if (h_last) std::copy_n(h, H, h_last);
-    if (c_last) std::copy_n(c.data(), H, c_last);
+    if (c_last) std::copy_n(c, H, c_last);
   }
 
   // h, c, h_out, c_out: null for a run from the zero state whose final state is not wanted.
@@ -211,9 +217,8 @@ struct RnnLayer::Impl {
     const auto prepared = prepare(steps, rows, stateful);
     // oneDNN's kernels expect a 64-byte aligned scratchpad.
     thread_local std::vector<char> scratch;
-    scratch.resize(prepared->scratchpad.get_size() + 64);
-    void* scratchpad = scratch.data();
-    std::size_t space = scratch.size();
+    std::size_t space = prepared->scratchpad.get_size() + 64;
+    void* scratchpad = grown(scratch, space);
     std::align(64, prepared->scratchpad.get_size(), scratchpad, space);
     auto mem = [](const memory::desc& md, const void* data) {
       return memory(md, cpu(), const_cast<void*>(data));
@@ -227,17 +232,13 @@ struct RnnLayer::Impl {
     void* y_arg = y;
     void* h_out_arg = h_out;
     if (bf16()) {
-      x16.resize(x_size);
-      round_to_bf16(x, x_size, x16.data());
+      round_to_bf16(x, x_size, grown(x16, x_size));
       x_arg = x16.data();
-      y16.resize(y_size);
-      y_arg = y16.data();
+      y_arg = grown(y16, y_size);
       if (stateful) {
-        h16.resize(h_size);
-        round_to_bf16(h, h_size, h16.data());
+        round_to_bf16(h, h_size, grown(h16, h_size));
         h_arg = h16.data();
-        h_out16.resize(h_size);
-        h_out_arg = h_out16.data();
+        h_out_arg = grown(h_out16, h_size);
       }
     }
     std::unordered_map<int, memory> args{
@@ -331,6 +332,17 @@ std::int64_t RnnLayer::hidden_size() const {
   return impl_->hidden;
 }
 
+std::vector<std::int64_t> packed_offsets(std::span<const std::int32_t> lengths) {
+  const std::int32_t steps = lengths.empty() ? 0 : lengths[0];
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(steps) + 1, 0);
+  auto rows = static_cast<std::int64_t>(lengths.size());
+  for (std::int32_t t = 0; t < steps; ++t) {
+    while (lengths[rows - 1] <= t) --rows;
+    offsets[t + 1] = offsets[t] + rows;
+  }
+  return offsets;
+}
+
 void RnnLayer::run(std::span<const std::int32_t> lengths, const float* x, float* y) const {
   const auto batch = static_cast<std::int32_t>(lengths.size());
   if (batch == 0 || lengths[0] == 0) return;
@@ -340,43 +352,24 @@ void RnnLayer::run(std::span<const std::int32_t> lengths, const float* x, float*
     return impl_->run_one_row(steps, x, nullptr, nullptr, y, nullptr, nullptr);
   if (lengths.back() == steps)
     return impl_->execute(steps, batch, x, nullptr, nullptr, y, nullptr, nullptr);
+  // One call per distinct length over the rows still running: in the packed layout the
+  // segment's steps are contiguous. The state passes between calls in two buffers (no output
+  // may alias an input; the first starts at zero); a call's leading rows are the next's rows.
   const bool lstm = impl_->cell == Cell::lstm;
-  // The state between segments (two buffers: no output may alias an input; the first starts
-  // at zero), and the segment's rows of x and y when fewer than all rows run. Per thread, kept.
-  thread_local std::vector<float> h, c, xs, ys;
-  const auto grow = [](std::vector<float>& v, std::size_t n) {
-    if (v.size() < n) v.resize(n);
-  };
-  grow(h, 2 * batch * H);
-  std::fill_n(h.data(), batch * H, 0.0f);
-  if (lstm) {
-    grow(c, 2 * batch * H);
-    std::fill_n(c.data(), batch * H, 0.0f);
-  }
+  thread_local std::vector<float> h_buffer, c_buffer;
+  float* h = grown(h_buffer, 2 * batch * H);
+  float* c = lstm ? grown(c_buffer, 2 * batch * H) : nullptr;
+  std::fill_n(h, batch * H, 0.0f);
+  if (lstm) std::fill_n(c, batch * H, 0.0f);
   std::int32_t t0 = 0, rows = batch;
+  std::int64_t offset = 0;  // packed rows before step t0
   for (int flip = 0; t0 < steps; flip ^= 1) {
     while (lengths[rows - 1] <= t0) --rows;
     const std::int32_t t1 = lengths[rows - 1], n = t1 - t0;
-    const float* xi = x + static_cast<std::int64_t>(t0) * batch * in;
-    float* yo = y + static_cast<std::int64_t>(t0) * batch * H;
-    if (rows < batch) {
-      grow(xs, static_cast<std::size_t>(n) * rows * in);
-      grow(ys, static_cast<std::size_t>(n) * rows * H);
-      for (std::int32_t t = 0; t < n; ++t)
-        std::copy_n(xi + t * batch * in, rows * in, xs.data() + t * rows * in);
-    }
-    float* h_in = h.data() + flip * batch * H;
-    float* h_out = h.data() + (flip ^ 1) * batch * H;
-    float* c_in = lstm ? c.data() + flip * batch * H : nullptr;
-    float* c_out = lstm ? c.data() + (flip ^ 1) * batch * H : nullptr;
-    impl_->execute(n, rows, rows < batch ? xs.data() : xi, h_in, c_in,
-                   rows < batch ? ys.data() : yo, h_out, c_out);
-    if (rows < batch)
-      for (std::int32_t t = 0; t < n; ++t) {
-        float* dst = yo + t * batch * H;
-        std::copy_n(ys.data() + t * rows * H, rows * H, dst);
-        std::fill(dst + rows * H, dst + batch * H, 0.0f);
-      }
+    const std::int64_t in_state = flip * batch * H, out_state = (flip ^ 1) * batch * H;
+    impl_->execute(n, rows, x + offset * in, h + in_state, lstm ? c + in_state : nullptr,
+                   y + offset * H, h + out_state, lstm ? c + out_state : nullptr);
+    offset += static_cast<std::int64_t>(n) * rows;
     t0 = t1;
   }
 }
@@ -386,8 +379,7 @@ void RnnLayer::step(std::int32_t batch, const float* x, const float* h, const fl
   if (batch == 1 && !impl_->bf16()) return impl_->run_one_row(1, x, h, c, h_out, nullptr, c_out);
   // dst_layer and dst_iter of one step are the same numbers; the layer output goes to h_out.
   thread_local std::vector<float> discard;
-  discard.resize(static_cast<std::size_t>(batch) * impl_->hidden);
-  impl_->execute(1, batch, x, h, c, h_out, discard.data(), c_out);
+  impl_->execute(1, batch, x, h, c, h_out, grown(discard, batch * impl_->hidden), c_out);
 }
 
 }  // namespace masque::rnn

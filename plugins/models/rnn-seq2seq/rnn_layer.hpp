@@ -12,11 +12,17 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "masque/tensor.hpp"
 #include "rnn_config.hpp"
 
 namespace masque::rnn {
+
+// torch's PackedSequence layout of rows sorted longest first: step t holds the rows still
+// running (b with lengths[b] > t) together, row b of step t at offsets[t] + b; offsets has
+// lengths[0] + 1 entries, the last being the total of the lengths.
+std::vector<std::int64_t> packed_offsets(std::span<const std::int32_t> lengths);
 
 class RnnLayer {
  public:
@@ -30,10 +36,10 @@ class RnnLayer {
   std::int64_t input_size() const;
   std::int64_t hidden_size() const;
 
-  // Time steps of `batch` rows from a zero state: x [steps][batch][in] -> y [steps][batch][H]
-  // (the hidden state after each step), steps = lengths[0]. Row b runs lengths[b] steps, the
-  // rows sorted longest first: a packed sequence, run as one primitive call per distinct length
-  // over the rows still running (padded steps are not computed; their outputs are zeros).
+  // A packed sequence of rows from a zero state: row b runs lengths[b] steps, the rows sorted
+  // longest first; x [total][in] -> y [total][H] (the hidden state after each step), both in
+  // the packed layout (packed_offsets()). Runs as one primitive call per distinct length over
+  // the rows still running: no padded step is stored or computed.
   void run(std::span<const std::int32_t> lengths, const float* x, float* y) const;
   // One step of `batch` rows from the state (h, c) [batch][H] (c: LSTM only, else null):
   // x [batch][in] -> h_out, c_out. No output may alias an input.
