@@ -6,7 +6,8 @@ batch 1 and 32, one thread each. Called by run.sh:
     bench.py BENCH_RNN_BINARY WORK_DIR      (environment: STEPS, REPEATS, DTYPES="f32 bf16")
 
 The model is tests/rnn/reference_rnn.py's Seq2Seq at a small-NMT size, saved as an rnn-seq2seq
-folder; PyTorch runs it batched in float32 (packed sequences for the encoder, masked attention).
+folder; PyTorch runs it batched (packed sequences for the encoder, masked attention) in float32
+and, for masque's bf16 column, in bfloat16 (the whole model cast, as `model.to(torch.bfloat16)`).
 """
 import json
 import os
@@ -37,11 +38,14 @@ def bench_config(cell):
     return c
 
 
-class Peer:
-    """The README's model, batched, in float32."""
+TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 
-    def __init__(self, model):
-        self.m = model.float().eval()
+
+class Peer:
+    """The README's model, batched, in `dtype`."""
+
+    def __init__(self, model, dtype):
+        self.m = model.to(dtype).eval()
         self.c = model.c
 
     def encode(self, sources):
@@ -59,7 +63,7 @@ class Peer:
         state = (h0, torch.zeros_like(h0)) if c["cell"] == "lstm" else h0
         keys = m.decoder.attention.key_proj(memory)
         pads = torch.arange(memory.shape[1])[None, :] >= lengths[:, None]
-        return memory, keys, pads, state, torch.zeros(b, hd)
+        return memory, keys, pads, state, torch.zeros(b, hd, dtype=memory.dtype)
 
     def step(self, memory, keys, pads, state, feed, tokens):
         m = self.m
@@ -120,10 +124,12 @@ def main():
     rng = random.Random(7)
     print(f"CPU: {cpu_name()}; PyTorch {torch.__version__}, 1 thread; masque 1 thread")
     print(f"{SOURCES} sources of {MIN_LEN}-{MAX_LEN} tokens, {STEPS} greedy steps each; "
-          f"times are totals over all sources, min of {REPEATS} runs; PyTorch float32, masque "
-          f"with matmul_dtype {' and '.join(DTYPES)}")
-    print(f"{'model':<6} {'batch':>5} {'phase':<7} {'torch ms':>10} "
-          + " ".join(f"{'masque ' + d + ' ms':>15} {'torch/' + d:>11}" for d in DTYPES))
+          f"times are totals over all sources, min of {REPEATS} runs; each dtype column: "
+          f"PyTorch and masque (matmul_dtype) in {' and '.join(DTYPES)}; sequences compared "
+          f"with PyTorch float32's")
+    print(f"{'model':<6} {'batch':>5} {'phase':<7} "
+          + " ".join(f"{'torch ' + d + ' ms':>14} {'masque ' + d + ' ms':>15} {'ratio':>7}"
+                     for d in DTYPES))
     worst = {}
     for cell in ("lstm", "gru"):
         c = bench_config(cell)
@@ -139,27 +145,31 @@ def main():
             json.dump({"batch_sizes": BATCH_SIZES, "sources": sources, "steps": STEPS,
                        "repeats": REPEATS}, f)
         masque = {d: run_masque(binary, folder, work, d) for d in DTYPES}
-        peer = Peer(model)
+        dtypes = [d for d in DTYPES if masque[d] is not None]
+        peers = {d: Peer(ref.make_model(c, 99), TORCH_DTYPES[d]) for d in dtypes}
         for i, b in enumerate(BATCH_SIZES):
-            runs = [torch_run(peer, sources, b, c["decoder_start_token_id"])
-                    for _ in range(REPEATS)]
-            theirs = {"encode": min(r[0] for r in runs), "decode": min(r[1] for r in runs)}
+            theirs, reference = {}, None
+            for d in dtypes:
+                runs = [torch_run(peers[d], sources, b, c["decoder_start_token_id"])
+                        for _ in range(REPEATS)]
+                theirs[d] = {"encode": min(r[0] for r in runs), "decode": min(r[1] for r in runs)}
+                reference = reference or runs[0][2]  # float32's, the first dtype
             for phase in ("encode", "decode"):
                 cells = []
                 for d in DTYPES:
                     if masque[d] is None:
-                        cells.append(f"{'-':>15} {'-':>11}")
+                        cells.append(f"{'-':>14} {'-':>15} {'-':>7}")
                         continue
-                    ours = masque[d][i][phase + "_ms"]
-                    ratio = theirs[phase] / ours
+                    ours, peer_ms = masque[d][i][phase + "_ms"], theirs[d][phase]
+                    ratio = peer_ms / ours
                     worst[d] = min(worst.get(d, float("inf")), ratio)
-                    cells.append(f"{ours:>15.2f} {ratio:>10.2f}x")
-                print(f"{cell:<6} {b:>5} {phase:<7} {theirs[phase]:>10.2f} " + " ".join(cells))
-            same = [f"{d} {sum(x == y for x, y in zip(masque[d][i]['tokens'], runs[0][2]))}"
-                    f"/{len(sources)}" for d in DTYPES if masque[d] is not None]
+                    cells.append(f"{peer_ms:>14.2f} {ours:>15.2f} {ratio:>6.2f}x")
+                print(f"{cell:<6} {b:>5} {phase:<7} " + " ".join(cells))
+            same = [f"{d} {sum(x == y for x, y in zip(masque[d][i]['tokens'], reference))}"
+                    f"/{len(sources)}" for d in dtypes]
             print(f"{'':<6} {b:>5} greedy sequences identical to PyTorch's: {', '.join(same)}")
     for d, w in worst.items():
-        print(f"worst ratio, masque {d}: {w:.2f}x (target >= 2x)")
+        print(f"worst ratio, PyTorch {d} / masque {d}: {w:.2f}x (target >= 2x)")
 
 
 if __name__ == "__main__":
