@@ -17,6 +17,7 @@
 #include <boost/dll/shared_library.hpp>
 #include <nlohmann/json.hpp>
 
+#include "masque/decoding.hpp"
 #include "masque/model.hpp"
 #include "masque/params.hpp"
 #include "masque/plugin.hpp"
@@ -76,8 +77,9 @@ Timing run(const masque::Model& model, const std::vector<std::vector<TokenId>>& 
       input.tokens = tokens;
       model.step(*state, input, logits);
       for (std::size_t r = 0; r < rows.size(); ++r) {
-        const float* row = logits.f32() + r * vocab;
-        tokens[r] = static_cast<TokenId>(std::max_element(row, row + vocab) - row);
+        // libmasque's greedy argmax (what the greedy decoder runs), not a scalar loop.
+        tokens[r] =
+            masque::decoding::argmax({logits.f32() + r * vocab, static_cast<std::size_t>(vocab)});
         out[r].push_back(tokens[r]);
       }
     }
