@@ -1,6 +1,8 @@
 // One recurrent layer in one direction (a torch nn.LSTM / nn.GRU layer) on oneDNN's
-// `lstm_forward` or `lbr_gru_forward` primitive; in f32, a single row runs on two Linears and
-// the cell instead (the one-row product streams the weights faster than the primitive).
+// `lstm_forward` or `lbr_gru_forward` primitive. In f32, a single row runs on two Linears and
+// the cell instead (the one-row product streams the weights faster than the primitive), and so
+// does a GRU's decoding step at any row count (oneDNN 2.6 runs the GRU on its slower reference
+// driver).
 //
 // The torch weights are reordered once at construction into oneDNN's ldigo / ldgo layouts:
 // torch stacks gates as rows [G*H, in] in the order i f g o (LSTM) and r z n (GRU); oneDNN wants
