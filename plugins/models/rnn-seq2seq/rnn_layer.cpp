@@ -82,7 +82,7 @@ struct RnnLayer::Impl {
   memory::data_type type = memory::data_type::f32;
   std::int64_t in = 0, hidden = 0, gates = 0;
   std::vector<float> weights_layer, weights_iter, bias;  // ldigo, ldigo, ldgo
-  // f32 only: one row's recurrence as Linears (see run_one_row()). input: W_ih x + b_ih (+ b_hh
+  // f32 only: the recurrence as Linears (see run_packed()). input: W_ih x + b_ih (+ b_hh
   // for the LSTM); recurrent: W_hh h (+ b_hh for the GRU), both in torch's gate order.
   Linear input, recurrent;
   mutable std::mutex mutex;
@@ -174,39 +174,38 @@ struct RnnLayer::Impl {
     return prepared;
   }
 
-  // One row (a source encoded alone, a one-row decoding step): the primitive's brgemm is built for
-  // many rows, and at one row it reads the recurrent weights at a fraction of the cache's
-  // bandwidth. Here the input projection of every step is one product, and each step's W_hh h
-  // streams the packed weights with libmasque's one-row kernel (Linear::streams_one_row), then the
-  // cell in place.
-  void run_one_row(std::int32_t steps, const float* x, const float* h0, const float* c0, float* y,
-                   float* h_last, float* c_last) const {
+  // A packed sequence (RnnLayer::run) on the two Linears, f32: the input projection of every
+  // step in one product, then per step W_hh h over the rows still running and the cell per row.
+  // Used for one row (a source encoded alone): the primitive's brgemm is built for many rows, and
+  // at one row it reads the recurrent weights at a fraction of the cache's bandwidth, where
+  // libmasque's one-row kernel streams them (Linear::streams_one_row). For the GRU's encoder at
+  // batch 32 it is no faster than the reference driver (bench/rnn: 31-33 against 30-32 ms).
+  void run_packed(std::span<const std::int32_t> lengths, const float* x, float* y) const {
     const std::int64_t H = hidden, G = gates;
+    const std::vector<std::int64_t> offsets = packed_offsets(lengths);
+    const std::int32_t steps = lengths[0];
+    const std::size_t batch = lengths.size();
     thread_local std::vector<float> xg_buffer, hg_buffer, c_buffer, zeros;
-    float* xg = grown(xg_buffer, static_cast<std::size_t>(steps) * G * H);
-    float* hg = grown(hg_buffer, G * H);
-    float* c = grown(c_buffer, H);
-    input.forward(x, steps, xg);
-    if (c0)
-      std::copy_n(c0, H, c);
-    else
-      std::fill_n(c, H, 0.0f);
-    if (!h0) {
-      zeros.assign(H, 0.0f);
-      h0 = zeros.data();
-    }
-    const float* h = h0;
+    float* xg = grown(xg_buffer, static_cast<std::size_t>(offsets[steps]) * G * H);
+    float* hg = grown(hg_buffer, batch * G * H);
+    float* c = grown(c_buffer, batch * H);
+    input.forward(x, offsets[steps], xg);
+    std::fill_n(c, batch * H, 0.0f);
+    zeros.assign(batch * H, 0.0f);
+    const float* h = zeros.data();  // the previous step's rows; this step's are their prefix
     for (std::int32_t t = 0; t < steps; ++t) {
-      recurrent.forward(h, 1, hg);
-      float* out = y + t * H;
-      if (cell == Cell::lstm)
-        lstm_cell(xg + t * G * H, hg, H, c, out);
-      else
-        gru_cell(xg + t * G * H, hg, h, H, out);
+      const std::int64_t rows = offsets[t + 1] - offsets[t];
+      recurrent.forward(h, rows, hg);
+      const float* xt = xg + offsets[t] * G * H;
+      float* out = y + offsets[t] * H;
+      for (std::int64_t r = 0; r < rows; ++r) {
+        if (cell == Cell::lstm)
+          lstm_cell(xt + r * G * H, hg + r * G * H, H, c + r * H, out + r * H);
+        else
+          gru_cell(xt + r * G * H, hg + r * G * H, h + r * H, H, out + r * H);
+      }
       h = out;
     }
-    if (h_last) std::copy_n(h, H, h_last);
-    if (c_last) std::copy_n(c, H, c_last);
   }
 
   // One step of `rows` rows (f32): the products on the two Linears, then the cell per row.
@@ -371,8 +370,7 @@ void RnnLayer::run(std::span<const std::int32_t> lengths, const float* x, float*
   if (batch == 0 || lengths[0] == 0) return;
   const std::int32_t steps = lengths[0];
   const std::int64_t in = impl_->in, H = impl_->hidden;
-  if (batch == 1 && !impl_->bf16())
-    return impl_->run_one_row(steps, x, nullptr, nullptr, y, nullptr, nullptr);
+  if (batch == 1 && !impl_->bf16()) return impl_->run_packed(lengths, x, y);
   if (lengths.back() == steps)
     return impl_->execute(steps, batch, x, nullptr, nullptr, y, nullptr, nullptr);
   // One call per distinct length over the rows still running: in the packed layout the
