@@ -138,7 +138,13 @@ struct RnnLayer::Impl {
     const Key key{steps, rows, stateful, thread_count()};
     const std::lock_guard lock(mutex);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
-    if (cache.size() >= kMaxCached) cache.clear();
+    if (cache.size() >= kMaxCached) {
+      // The reordered weights go too: packed layouts (bf16 GRU) differ per shape, and a corpus
+      // of varied lengths would otherwise keep adding copies of the weights.
+      cache.clear();
+      reordered_layer.clear();
+      reordered_iter.clear();
+    }
 
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
