@@ -202,14 +202,8 @@ struct RnnLayer::Impl {
     for (std::int32_t t = 0; t < steps; ++t) {
       const std::int64_t rows = offsets[t + 1] - offsets[t];
       recurrent.forward(h, rows, hg);
-      const float* xt = xg + offsets[t] * G * H;
       float* out = y + offsets[t] * H;
-      for (std::int64_t r = 0; r < rows; ++r) {
-        if (cell == Cell::lstm)
-          lstm_cell(xt + r * G * H, hg + r * G * H, H, c + r * H, out + r * H);
-        else
-          gru_cell(xt + r * G * H, hg + r * G * H, h + r * H, H, out + r * H);
-      }
+      cells(rows, xg + offsets[t] * G * H, hg, h, c, out);
       h = out;
     }
   }
@@ -227,13 +221,20 @@ struct RnnLayer::Impl {
     float* hg = grown(hg_buffer, static_cast<std::size_t>(rows) * G * H);
     input.forward(x, rows, xg);
     recurrent.forward(h, rows, hg);
+    if (cell == Cell::lstm) std::copy_n(c, rows * H, c_out);
+    cells(rows, xg, hg, h, c_out, h_out);
+  }
+
+  // The cell on `rows` rows: xg, hg [rows][G*H] (the two products), h [rows][H] the state they
+  // came from; the LSTM's cell state c [rows][H] is updated in place. h_out [rows][H].
+  void cells(std::int64_t rows, const float* xg, const float* hg, const float* h, float* c,
+             float* h_out) const {
+    const std::int64_t H = hidden, G = gates;
     for (std::int64_t r = 0; r < rows; ++r) {
-      if (cell == Cell::lstm) {
-        std::copy_n(c + r * H, H, c_out + r * H);
-        lstm_cell(xg + r * G * H, hg + r * G * H, H, c_out + r * H, h_out + r * H);
-      } else {
+      if (cell == Cell::lstm)
+        lstm_cell(xg + r * G * H, hg + r * G * H, H, c + r * H, h_out + r * H);
+      else
         gru_cell(xg + r * G * H, hg + r * G * H, h + r * H, H, h_out + r * H);
-      }
     }
   }
 
