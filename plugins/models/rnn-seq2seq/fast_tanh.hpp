@@ -1,8 +1,6 @@
 // A tanh the compiler vectorizes, for the attention's rows x positions x size scores.
 #pragma once
 
-#include <algorithm>
-
 #include "masque/vectorize.hpp"
 
 namespace masque::rnn {
@@ -12,7 +10,9 @@ namespace masque::rnn {
 // scores take rows x source positions x attention-size tanh per step: std::tanh, one call per
 // element, was most of a decoding step.
 inline float fast_tanh(float x) {
-  x = std::clamp(x, -7.99881172180175781f, 7.99881172180175781f);
+  // Clamped by value: std::clamp selects between references, which GCC leaves as branches.
+  x = x < -7.99881172180175781f ? -7.99881172180175781f : x;
+  x = x > 7.99881172180175781f ? 7.99881172180175781f : x;
   const float x2 = x * x;
   float p = -2.76076847742355e-16f;
   p = p * x2 + 2.00018790482477e-13f;
