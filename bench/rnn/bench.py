@@ -3,11 +3,13 @@
 random-weight model and the same sources, in the same run: encoding and greedy decoding at
 batch 1 and 32, one thread each. Called by run.sh:
 
-    bench.py BENCH_RNN_BINARY WORK_DIR      (environment: STEPS, REPEATS, DTYPES="f32 bf16")
+    bench.py BENCH_RNN_BINARY WORK_DIR   (environment: STEPS, REPEATS, DTYPES="f32 bf16 int8")
 
 The model is tests/rnn/reference_rnn.py's Seq2Seq at a small-NMT size, saved as an rnn-seq2seq
-folder; PyTorch runs it batched (packed sequences for the encoder, masked attention) in float32
-and, for masque's bf16 column, in bfloat16 (the whole model cast, as `model.to(torch.bfloat16)`).
+folder; PyTorch runs it batched (packed sequences for the encoder, masked attention) in float32,
+for masque's bf16 column in bfloat16 (the whole model cast, as `model.to(torch.bfloat16)`), and
+for its int8 column dynamically quantized (`torch.quantization.quantize_dynamic` of every
+nn.LSTM / nn.GRU / nn.Linear to qint8: int8 weights, activations quantized per call).
 """
 import json
 import os
@@ -27,7 +29,7 @@ SOURCES, MIN_LEN, MAX_LEN = 32, 10, 30
 STEPS = int(os.environ.get("STEPS", "20"))
 REPEATS = int(os.environ.get("REPEATS", "3"))
 BATCH_SIZES = [1, 32]
-DTYPES = os.environ.get("DTYPES", "f32 bf16").split()  # masque's matmul_dtype, f32 first
+DTYPES = os.environ.get("DTYPES", "f32 bf16 int8").split()  # masque's matmul_dtype, f32 first
 
 
 def bench_config(cell):
@@ -38,14 +40,18 @@ def bench_config(cell):
     return c
 
 
-TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
+TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "int8": torch.qint8}
 
 
 class Peer:
     """The README's model, batched, in `dtype`."""
 
     def __init__(self, model, dtype):
-        self.m = model.to(dtype).eval()
+        if dtype == torch.qint8:
+            self.m = torch.quantization.quantize_dynamic(
+                model.float().eval(), {torch.nn.LSTM, torch.nn.GRU, torch.nn.Linear}, dtype)
+        else:
+            self.m = model.to(dtype).eval()
         self.c = model.c
 
     def encode(self, sources):

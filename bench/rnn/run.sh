@@ -3,7 +3,7 @@
 # encoding and greedy decoding at batch 1 and 32, one thread each (see README.md).
 #
 #   bench/rnn/run.sh [BUILD_DIR]     (default: build next to this repository's CMakeLists.txt)
-#   environment: STEPS=20 (greedy steps per source), REPEATS=3 (min of), DTYPES="f32 bf16"
+#   environment: STEPS=20 (greedy steps per source), REPEATS=3 (min of), DTYPES="f32 bf16 int8"
 #                (masque's matmul_dtype values to run), OPENBLAS_DIR (as
 #                bench/fetch-openblas.sh --find: PyTorch's BLAS; else the system's libblas.so.3)
 set -euo pipefail

@@ -204,6 +204,15 @@ FIXTURES = {
     "gru-luong": dict(cell="gru", attention="luong", input_feeding=False, encoder_layers=3),
 }
 
+# Wide enough that the recurrent products and most projections pass libmasque's int8 rule (>= 128
+# inputs, 64 outputs and 32,768 weights): rnn_int8_test runs them with matmul_dtype=int8.
+WIDE = dict(embedding_size=128, encoder_hidden_size=128, decoder_hidden_size=128,
+            attention_size=128)
+WIDE_FIXTURES = {
+    "lstm-wide": dict(cell="lstm", attention="bahdanau", **WIDE),
+    "gru-wide": dict(cell="gru", attention="luong", **WIDE),
+}
+
 SOURCES = [[4, 5, 6], [7], [8, 9, 10, 11, 12, 13, 14, 15, 16], [17, 4, 18, 5, 19],
            [10, 10, 10, 10, 10, 10, 10], [19, 18], [6, 12, 7, 15, 4, 9, 11, 13, 5, 14, 8]]
 TARGETS = [[4, 5], [6], [7, 8, 9, 10, 11, 12], [13, 14, 15], [16, 17, 18, 19, 20, 21, 22, 23],
@@ -343,6 +352,8 @@ def main():
     root = sys.argv[1]
     for i, (name, variation) in enumerate(sorted(FIXTURES.items())):
         write_fixture(root, name, variation, 1234 + i)
+    for i, (name, variation) in enumerate(sorted(WIDE_FIXTURES.items())):
+        write_fixture(root, name, variation, 2234 + i)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,11 @@ const std::vector<std::string>& fixture_names() {
   return names;
 }
 
+const std::vector<std::string>& wide_fixture_names() {
+  static const std::vector<std::string> names{"gru-wide", "lstm-wide"};
+  return names;
+}
+
 fs::path fixture_dir(const std::string& name) {
   return fs::path(RNN_FIXTURE_DIR) / name;
 }

@@ -23,6 +23,8 @@ using test::source_batch;  // test_support.hpp
 
 // The four fixtures reference_rnn.py writes.
 const std::vector<std::string>& fixture_names();
+// Two more, wide enough for int8 products (reference_rnn.py's WIDE_FIXTURES).
+const std::vector<std::string>& wide_fixture_names();
 std::filesystem::path fixture_dir(const std::string& name);
 nlohmann::json expected(const std::string& name);  // expected.json
 
@@ -35,7 +37,7 @@ struct LoadedModel {
   const Model* operator->() const { return model.get(); }
 };
 boost::dll::shared_library open_plugin();
-// `matmul_dtype`: the plugin parameter (f32, bf16).
+// `matmul_dtype`: the plugin parameter (f32, bf16, int8).
 LoadedModel load_model(const boost::dll::shared_library& library,
                        const std::filesystem::path& folder,
                        const std::string& matmul_dtype = "f32");

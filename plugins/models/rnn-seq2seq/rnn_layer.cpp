@@ -84,7 +84,7 @@ struct RnnLayer::Impl {
   memory::data_type type = memory::data_type::f32;
   std::int64_t in = 0, hidden = 0, gates = 0;
   std::vector<float> weights_layer, weights_iter, bias;  // ldigo, ldigo, ldgo
-  // f32 only: the recurrence as Linears (see run_packed()). input: W_ih x + b_ih (+ b_hh
+  // f32 and int8: the recurrence as Linears (see run_packed()). input: W_ih x + b_ih (+ b_hh
   // for the LSTM); recurrent: W_hh h (+ b_hh for the GRU), both in torch's gate order.
   Linear input, recurrent;
   mutable std::mutex mutex;
@@ -92,6 +92,8 @@ struct RnnLayer::Impl {
   mutable std::vector<std::pair<memory::desc, memory>> reordered_layer, reordered_iter;
 
   bool bf16() const { return type == memory::data_type::bf16; }
+  // int8: the recurrence on the two Linears (int8 where it pays), at any row count.
+  bool int8 = false;
   memory::desc weights_layer_md() const {
     return {Dims{1, 1, in, gates, hidden}, memory::data_type::f32, Tag::ldigo};
   }
@@ -182,12 +184,13 @@ struct RnnLayer::Impl {
     return prepared;
   }
 
-  // A packed sequence (RnnLayer::run) on the two Linears, f32: the input projection of every
-  // step in one product, then per step W_hh h over the rows still running and the cell per row.
-  // Used for one row (a source encoded alone): the primitive's brgemm is built for many rows, and
-  // at one row it reads the recurrent weights at a fraction of the cache's bandwidth, where
-  // libmasque's one-row kernel streams them (Linear::streams_one_row). For the GRU's encoder at
-  // batch 32 it is no faster than the reference driver (bench/rnn: 31-33 against 30-32 ms).
+  // A packed sequence (RnnLayer::run) on the two Linears: the input projection of every step in
+  // one product, then per step W_hh h over the rows still running and the cell per row.
+  // Used in int8 (any row count), and in f32 for one row (a source encoded alone): the
+  // primitive's brgemm is built for many rows, and at one row it reads the recurrent weights at a
+  // fraction of the cache's bandwidth, where libmasque's one-row kernel streams them
+  // (Linear::streams_one_row). In f32 at batch 32 it is no faster than the primitives (bench/rnn:
+  // GRU 31-33 against 30-32 ms, LSTM 39 against 38-39).
   void run_packed(std::span<const std::int32_t> lengths, const float* x, float* y) const {
     const std::int64_t H = hidden, G = gates;
     const std::vector<std::int64_t> offsets = packed_offsets(lengths);
@@ -210,10 +213,10 @@ struct RnnLayer::Impl {
     }
   }
 
-  // One step of `rows` rows (f32): the products on the two Linears, then the cell per row.
-  // Used for one row, and for the GRU at any row count: oneDNN 2.6 has no brgemm kernel for the
-  // linear-before-reset GRU, and its reference driver runs a decoding step's products at ~80
-  // GFLOP/s where a Linear's matmul reaches ~94 (bench/rnn, batch 32). The LSTM's brgemm
+  // One step of `rows` rows: the products on the two Linears, then the cell per row.
+  // Used in int8, for one row, and for the GRU at any row count: oneDNN 2.6 has no brgemm kernel
+  // for the linear-before-reset GRU, and its reference driver runs a decoding step's products at
+  // ~80 GFLOP/s where a Linear's matmul reaches ~94 (bench/rnn, batch 32). The LSTM's brgemm
   // primitive beats two Linears there (134 against 150 ms).
   void step_rows(std::int32_t rows, const float* x, const float* h, const float* c, float* h_out,
                  float* c_out) const {
@@ -300,9 +303,10 @@ struct RnnLayer::Impl {
 
 RnnLayer::RnnLayer(Cell cell, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
                    const Tensor& b_hh, DType compute) {
-  if (compute != DType::f32 && compute != DType::bf16)
-    throw ConfigError(std::string("rnn-seq2seq: recurrent layers compute in f32 or bf16, not ") +
-                      to_string(compute));
+  if (compute != DType::f32 && compute != DType::bf16 && compute != DType::i8)
+    throw ConfigError(
+        std::string("rnn-seq2seq: recurrent layers compute in f32, bf16 or i8, not ") +
+        to_string(compute));
   auto impl = std::make_shared<Impl>();
   impl->cell = cell;
   impl->type = compute == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32;
@@ -341,8 +345,10 @@ RnnLayer::RnnLayer(Cell cell, const Tensor& w_ih, const Tensor& w_hh, const Tens
     Tensor input_bias = b_ih.clone();
     if (cell == Cell::lstm)
       for (std::int64_t i = 0; i < G * H; ++i) input_bias.f32()[i] += bh[i];
-    impl->input = Linear(w_ih, input_bias);
-    impl->recurrent = Linear(w_hh, cell == Cell::gru ? b_hh : Tensor());
+    impl->int8 = compute == DType::i8;
+    impl->input = Linear(w_ih, input_bias, {.compute = compute}, Int8Policy::where_it_pays);
+    impl->recurrent = Linear(w_hh, cell == Cell::gru ? b_hh : Tensor(), {.compute = compute},
+                             Int8Policy::where_it_pays);
   } else {
     // Fail at load, not at the first record, where the CPU has no bf16 RNN kernels.
     try {
@@ -379,7 +385,7 @@ void RnnLayer::run(std::span<const std::int32_t> lengths, const float* x, float*
   if (batch == 0 || lengths[0] == 0) return;
   const std::int32_t steps = lengths[0];
   const std::int64_t in = impl_->in, H = impl_->hidden;
-  if (batch == 1 && !impl_->bf16()) return impl_->run_packed(lengths, x, y);
+  if ((batch == 1 || impl_->int8) && !impl_->bf16()) return impl_->run_packed(lengths, x, y);
   if (lengths.back() == steps)
     return impl_->execute(steps, batch, x, nullptr, nullptr, y, nullptr, nullptr);
   // One call per distinct length over the rows still running: in the packed layout the
@@ -406,7 +412,7 @@ void RnnLayer::run(std::span<const std::int32_t> lengths, const float* x, float*
 
 void RnnLayer::step(std::int32_t batch, const float* x, const float* h, const float* c,
                     float* h_out, float* c_out) const {
-  if (!impl_->bf16() && (batch == 1 || impl_->cell == Cell::gru))
+  if (!impl_->bf16() && (batch == 1 || impl_->cell == Cell::gru || impl_->int8))
     return impl_->step_rows(batch, x, h, c, h_out, c_out);
   // dst_layer and dst_iter of one step are the same numbers; the layer output goes to h_out.
   thread_local std::vector<float> discard;

@@ -2,7 +2,8 @@
 // `lstm_forward` or `lbr_gru_forward` primitive. In f32, a single row runs on two Linears and
 // the cell instead (the one-row product streams the weights faster than the primitive), and so
 // does a GRU's decoding step at any row count (oneDNN 2.6 runs the GRU on its slower reference
-// driver).
+// driver). In int8 every run and step is on the two Linears (oneDNN 2.6 has an int8 LSTM
+// primitive but no int8 linear-before-reset GRU, and one path keeps both cells alike).
 //
 // The torch weights are reordered once at construction into oneDNN's ldigo / ldgo layouts:
 // torch stacks gates as rows [G*H, in] in the order i f g o (LSTM) and r z n (GRU); oneDNN wants
@@ -31,7 +32,9 @@ class RnnLayer {
   RnnLayer() = default;
   // w_ih [G*H, in], w_hh [G*H, H], b_ih and b_hh [G*H] in torch's gate order (G = 4 LSTM, 3 GRU).
   // `compute` f32, or bf16: inputs, hidden states and weights rounded to bfloat16 for the
-  // products (f32 accumulation, f32 cell state and outputs; throws where the CPU lacks it).
+  // products (f32 accumulation, f32 cell state and outputs; throws where the CPU lacks it), or
+  // i8: the two products as int8 Linears where libmasque's int8 rule says int8 pays
+  // (Int8Policy::where_it_pays; weights per output, inputs per row), the cell in f32.
   RnnLayer(Cell cell, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
            const Tensor& b_hh, DType compute = DType::f32);
 

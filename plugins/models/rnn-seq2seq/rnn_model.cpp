@@ -55,7 +55,8 @@ class Weights {
   // An nn.Linear `prefix` (.weight [out, in], and .bias [out] when `bias`).
   Linear linear(const std::string& prefix, std::int64_t out, std::int64_t in, bool bias) const {
     const Tensor weight = matrix(prefix + ".weight", out, in);
-    return Linear(weight, bias ? vector(prefix + ".bias", out) : Tensor(), options());
+    return Linear(weight, bias ? vector(prefix + ".bias", out) : Tensor(), options(),
+                  Int8Policy::where_it_pays);
   }
   LinearOptions options() const { return {.compute = compute_}; }
 
@@ -174,7 +175,7 @@ void RnnSeq2SeqModel::build(const Weights& w) {
                              l == 0 ? c.decoder_input_size() : c.decoder_hidden, c.decoder_hidden));
   attention_ = load_attention(w, c);
   generator_ = c.tie_output
-                   ? Linear(target_embeddings_, {}, w.options())
+                   ? Linear(target_embeddings_, {}, w.options(), Int8Policy::where_it_pays)
                    : w.linear("generator", c.target_vocab, c.decoder_hidden, c.output_bias);
 
   info_.architecture = "rnn-seq2seq";
