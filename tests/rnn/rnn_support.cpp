@@ -37,7 +37,7 @@ boost::dll::shared_library open_plugin() {
 }
 
 LoadedModel load_model(const boost::dll::shared_library& library, const fs::path& folder,
-                       const std::string& matmul_dtype) {
+                       const std::string& matmul_dtype, std::int64_t gate_table_mib) {
   LoadedModel loaded;
   loaded.library = library;
   const PluginDescriptor* d =
@@ -45,6 +45,7 @@ LoadedModel load_model(const boost::dll::shared_library& library, const fs::path
   Params params;
   params.set("path", folder.string());
   params.set("matmul_dtype", matmul_dtype);
+  if (gate_table_mib != -1) params.set("gate_table_mib", gate_table_mib);
   std::unique_ptr<Plugin> plugin(d->create(params));
   auto* model = dynamic_cast<Model*>(plugin.get());
   if (!model) throw std::runtime_error("the rnn-seq2seq plugin did not create a Model");

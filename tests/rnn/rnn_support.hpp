@@ -37,12 +37,13 @@ struct LoadedModel {
   const Model* operator->() const { return model.get(); }
 };
 boost::dll::shared_library open_plugin();
-// `matmul_dtype`: the plugin parameter (f32, bf16, int8).
+// `matmul_dtype`, `gate_table_mib`: the plugin parameters (gate_table_mib -1: not set).
 LoadedModel load_model(const boost::dll::shared_library& library,
-                       const std::filesystem::path& folder,
-                       const std::string& matmul_dtype = "f32");
-inline LoadedModel load_model(const std::string& fixture, const std::string& matmul_dtype = "f32") {
-  return load_model(open_plugin(), fixture_dir(fixture), matmul_dtype);
+                       const std::filesystem::path& folder, const std::string& matmul_dtype = "f32",
+                       std::int64_t gate_table_mib = -1);
+inline LoadedModel load_model(const std::string& fixture, const std::string& matmul_dtype = "f32",
+                              std::int64_t gate_table_mib = -1) {
+  return load_model(open_plugin(), fixture_dir(fixture), matmul_dtype, gate_table_mib);
 }
 
 std::vector<double> log_softmax_row(const float* row, std::int32_t vocab);

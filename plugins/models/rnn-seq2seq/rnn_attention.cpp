@@ -19,8 +19,11 @@ Tensor Attention::keys(const Tensor& memory, std::span<const std::int32_t> lengt
     w_.key.forward(memory.f32(), real, keys.f32());
     return keys;
   }
-  // Only the real positions: the products of the pads would be thrown away.
-  Tensor packed({real, M}), packed_keys({real, A});
+  // Only the real positions: the products of the pads would be thrown away. (Scratch kept per
+  // thread: fresh buffers of a batch's size cost page faults on every call.)
+  thread_local Tensor packed, packed_keys;
+  packed.resize({real, M});
+  packed_keys.resize({real, A});
   for (std::int64_t b = 0, r = 0; b < B; r += lengths[b], ++b)
     std::memcpy(packed.f32() + r * M, memory.f32() + b * T * M, lengths[b] * M * sizeof(float));
   w_.key.forward(packed.f32(), real, packed_keys.f32());

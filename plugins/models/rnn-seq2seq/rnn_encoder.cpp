@@ -8,8 +8,18 @@
 
 namespace masque::rnn {
 
-Encoder::Encoder(Tensor embeddings, std::vector<EncoderLayer> layers)
-    : embeddings_(std::move(embeddings)), layers_(std::move(layers)) {}
+Encoder::Encoder(Tensor embeddings, std::vector<EncoderLayer> layers, std::int64_t gate_table_bytes)
+    : embeddings_(std::move(embeddings)), layers_(std::move(layers)) {
+  const EncoderLayer& first = layers_.front();
+  const std::int64_t vocab = embeddings_.dim(0), width = first.forward.gate_width();
+  if (!first.forward.has_input_gates() ||
+      2 * vocab * width * static_cast<std::int64_t>(sizeof(float)) > gate_table_bytes)
+    return;
+  gate_table_forward_ = Tensor({vocab, width});
+  gate_table_backward_ = Tensor({vocab, width});
+  first.forward.input_gates(embeddings_.f32(), vocab, gate_table_forward_.f32());
+  first.backward.input_gates(embeddings_.f32(), vocab, gate_table_backward_.f32());
+}
 
 EncoderOutput Encoder::encode(const std::vector<std::vector<TokenId>>& rows) const {
   EncoderOutput out;
@@ -41,16 +51,21 @@ EncoderOutput Encoder::encode(const std::vector<std::vector<TokenId>>& rows) con
     for (std::int32_t s = 0; s < B; ++s)
       for (std::int32_t t = 0; t < len[s]; ++t) f(t, s, at(t, s), at(len[s] - 1 - t, s));
   };
-  std::vector<TokenId> forward_ids(static_cast<std::size_t>(total)), backward_ids(forward_ids);
+  // Scratch kept per thread: fresh buffers of a batch's size cost page faults on every call.
+  thread_local std::vector<TokenId> forward_ids, backward_ids;
+  forward_ids.resize(static_cast<std::size_t>(total));
+  backward_ids.resize(forward_ids.size());
   each_step([&](std::int32_t t, std::int32_t s, std::int64_t p, std::int64_t) {
     forward_ids[p] = rows[row_of[s]][t];
     backward_ids[p] = rows[row_of[s]][len[s] - 1 - t];
   });
-  Tensor x_forward, x_backward;
-  embedding(embeddings_, forward_ids, x_forward);
-  embedding(embeddings_, backward_ids, x_backward);
-
-  Tensor y_forward({total, H}), y_backward({total, H}), next;
+  thread_local Tensor x_forward, x_backward, y_forward, y_backward, next;
+  // The first layer's input: its gates gathered from the tables, or the embeddings.
+  const bool gates = has_gate_tables();
+  embedding(gates ? gate_table_forward_ : embeddings_, forward_ids, x_forward);
+  embedding(gates ? gate_table_backward_ : embeddings_, backward_ids, x_backward);
+  y_forward.resize({total, H});
+  y_backward.resize({total, H});
   // Row p of `from` into row q of `to` (rows: the last dimension), from `column` on.
   const auto copy_row = [](const Tensor& from, std::int64_t p, Tensor& to, std::int64_t q,
                            std::int64_t column = 0) {
@@ -58,8 +73,13 @@ EncoderOutput Encoder::encode(const std::vector<std::vector<TokenId>>& rows) con
     std::memcpy(to.f32() + q * to.dim(-1) + column, from.f32() + p * width, width * sizeof(float));
   };
   for (const EncoderLayer& layer : layers_) {
-    layer.forward.run(len, x_forward.f32(), y_forward.f32());
-    layer.backward.run(len, x_backward.f32(), y_backward.f32());
+    if (gates && &layer == &layers_.front()) {
+      layer.forward.run_from_gates(len, x_forward.f32(), y_forward.f32());
+      layer.backward.run_from_gates(len, x_backward.f32(), y_backward.f32());
+    } else {
+      layer.forward.run(len, x_forward.f32(), y_forward.f32());
+      layer.backward.run(len, x_backward.f32(), y_backward.f32());
+    }
     // The next input at step t: [forward(t) | backward(t)], the backward state of token t being
     // step len - 1 - t of the reversed run; and the same reversed for the backward direction.
     next.resize({total, W});

@@ -9,6 +9,10 @@
 // layer's input. Rows are sorted longest first and kept in torch's packed-sequence layout
 // (RnnLayer::run): pads are neither stored nor computed. Cost: a primitive call per distinct
 // length per layer and direction, and a copy of each layer's output.
+//
+// The first layer's input is an embedding row, so its input gates W_ih e + b depend on the token
+// alone: when they fit the budget given, they are computed once for every source token and
+// direction (RnnLayer::input_gates) and a token costs a row copy instead of a product.
 #pragma once
 
 #include <cstdint>
@@ -34,15 +38,21 @@ struct EncoderLayer {
 class Encoder {
  public:
   Encoder() = default;
-  Encoder(Tensor embeddings, std::vector<EncoderLayer> layers);
+  // gate_table_bytes: the most the first layer's input-gate tables (vocab x 2 directions x
+  // gate_width() floats) may take; beyond it (or in bf16) the gates are computed per call.
+  Encoder(Tensor embeddings, std::vector<EncoderLayer> layers, std::int64_t gate_table_bytes);
 
   std::int64_t hidden_size() const { return layers_.front().forward.hidden_size(); }
+  bool has_gate_tables() const { return !gate_table_forward_.empty(); }
 
   // rows[b]: row b's source ids (no pads). Ids outside the table: RecordError.
   EncoderOutput encode(const std::vector<std::vector<TokenId>>& rows) const;
 
  private:
   Tensor embeddings_;  // [source vocab, E]
+  // [source vocab, gate_width()]: the first layer's input gates per token, each direction; or
+  // empty (not within the budget).
+  Tensor gate_table_forward_, gate_table_backward_;
   std::vector<EncoderLayer> layers_;
 };
 

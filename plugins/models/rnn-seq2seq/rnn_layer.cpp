@@ -192,15 +192,23 @@ struct RnnLayer::Impl {
   // (Linear::streams_one_row). In f32 at batch 32 it is no faster than the primitives (bench/rnn:
   // GRU 31-33 against 30-32 ms, LSTM 39 against 38-39).
   void run_packed(std::span<const std::int32_t> lengths, const float* x, float* y) const {
+    std::int64_t total = 0;
+    for (const std::int32_t n : lengths) total += n;
+    thread_local std::vector<float> xg_buffer;
+    float* xg = grown(xg_buffer, static_cast<std::size_t>(total * gates * hidden));
+    input.forward(x, total, xg);
+    recur(lengths, xg, y);
+  }
+
+  // The recurrence of run_packed() from its input gates xg [total][G*H].
+  void recur(std::span<const std::int32_t> lengths, const float* xg, float* y) const {
     const std::int64_t H = hidden, G = gates;
     const std::vector<std::int64_t> offsets = packed_offsets(lengths);
     const std::int32_t steps = lengths[0];
     const std::size_t batch = lengths.size();
-    thread_local std::vector<float> xg_buffer, hg_buffer, c_buffer, zeros;
-    float* xg = grown(xg_buffer, static_cast<std::size_t>(offsets[steps]) * G * H);
+    thread_local std::vector<float> hg_buffer, c_buffer, zeros;
     float* hg = grown(hg_buffer, batch * G * H);
     float* c = grown(c_buffer, batch * H);
-    input.forward(x, offsets[steps], xg);
     std::fill_n(c, batch * H, 0.0f);
     zeros.assign(batch * H, 0.0f);
     const float* h = zeros.data();  // the previous step's rows; this step's are their prefix
@@ -367,6 +375,25 @@ std::int64_t RnnLayer::input_size() const {
 }
 std::int64_t RnnLayer::hidden_size() const {
   return impl_->hidden;
+}
+std::int64_t RnnLayer::gate_width() const {
+  return impl_->gates * impl_->hidden;
+}
+
+bool RnnLayer::has_input_gates() const {
+  return !impl_->bf16();
+}
+
+void RnnLayer::input_gates(const float* x, std::int64_t rows, float* xg) const {
+  if (!has_input_gates()) throw RuntimeError("rnn-seq2seq: no input gates in bf16");
+  impl_->input.forward(x, rows, xg);
+}
+
+void RnnLayer::run_from_gates(std::span<const std::int32_t> lengths, const float* xg,
+                              float* y) const {
+  if (!has_input_gates()) throw RuntimeError("rnn-seq2seq: no input gates in bf16");
+  if (lengths.empty() || lengths[0] == 0) return;
+  impl_->recur(lengths, xg, y);
 }
 
 std::vector<std::int64_t> packed_offsets(std::span<const std::int32_t> lengths) {

@@ -40,6 +40,16 @@ class RnnLayer {
 
   std::int64_t input_size() const;
   std::int64_t hidden_size() const;
+  std::int64_t gate_width() const;  // G * H
+
+  // Whether run() computes the input gates W_ih x + b as a product of its own (f32 and int8;
+  // in bf16 oneDNN's primitive computes them inside), so that they can be precomputed.
+  bool has_input_gates() const;
+  // The input gates of `rows` inputs x [rows][in] -> xg [rows][gate_width()], in torch's gate
+  // order, as run() computes them (each row on its own: the same numbers in any batch).
+  void input_gates(const float* x, std::int64_t rows, float* xg) const;
+  // run() from precomputed input gates: xg [total][gate_width()] in the packed layout.
+  void run_from_gates(std::span<const std::int32_t> lengths, const float* xg, float* y) const;
 
   // A packed sequence of rows from a zero state: row b runs lengths[b] steps, the rows sorted
   // longest first; x [total][in] -> y [total][H] (the hidden state after each step), both in

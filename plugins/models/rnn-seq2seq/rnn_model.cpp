@@ -74,7 +74,7 @@ class Weights {
 
 namespace {
 
-Encoder load_encoder(const Weights& w, const RnnConfig& c) {
+Encoder load_encoder(const Weights& w, const RnnConfig& c, std::int64_t gate_table_mib) {
   std::vector<EncoderLayer> layers;
   for (std::int32_t l = 0; l < c.encoder_layers; ++l) {
     const std::int64_t in = l == 0 ? c.embedding_size : c.memory_size();
@@ -82,7 +82,7 @@ Encoder load_encoder(const Weights& w, const RnnConfig& c) {
                       w.rnn("encoder.rnn", l, "_reverse", c.cell, in, c.encoder_hidden)});
   }
   return Encoder(w.matrix("encoder.embed_tokens.weight", c.source_vocab, c.embedding_size),
-                 std::move(layers));
+                 std::move(layers), gate_table_mib << 20);
 }
 
 Attention load_attention(const Weights& w, const RnnConfig& c) {
@@ -151,8 +151,12 @@ std::unique_ptr<DecodeState> RnnState::fork() const {
 // ---- model ---------------------------------------------------------------------------------
 
 RnnSeq2SeqModel::RnnSeq2SeqModel(const std::filesystem::path& path, std::int64_t init_seed,
-                                 DType compute)
-    : path_(path), init_seed_(init_seed), compute_(compute), config_(RnnConfig::load(path)) {
+                                 DType compute, std::int64_t gate_table_mib)
+    : path_(path),
+      init_seed_(init_seed),
+      compute_(compute),
+      gate_table_mib_(gate_table_mib),
+      config_(RnnConfig::load(path)) {
   if (init_seed_ >= 0) {
     const train::ParameterSet params = parameters();
     build(Weights(params, compute_));
@@ -164,7 +168,7 @@ RnnSeq2SeqModel::RnnSeq2SeqModel(const std::filesystem::path& path, std::int64_t
 void RnnSeq2SeqModel::build(const Weights& w) {
   const ThreadScope one_thread(1);  // tiny packing regions cost more than they save
   const RnnConfig& c = config_;
-  encoder_ = load_encoder(w, c);
+  encoder_ = load_encoder(w, c, gate_table_mib_);
   if (c.bridge == Bridge::dense)
     bridge_ = w.linear("bridge", std::int64_t{c.decoder_layers} * c.decoder_hidden, c.memory_size(),
                        true);

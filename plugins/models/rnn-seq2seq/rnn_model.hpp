@@ -64,9 +64,10 @@ class RnnSeq2SeqModel final : public Model, public train::TrainableModel {
  public:
   // init_seed >= 0: the parameters initialised from that seed (rnn_parameters.hpp; the folder
   // needs only config.json); -1: read from the folder's model.safetensors.
-  // `compute`: the type of every product (f32 or bf16: RnnLayer, Linear).
+  // `compute`: the type of every product (f32, bf16 or i8: RnnLayer, Linear).
+  // `gate_table_mib`: the most the encoder's first-layer input-gate tables may take (Encoder).
   explicit RnnSeq2SeqModel(const std::filesystem::path& path, std::int64_t init_seed = -1,
-                           DType compute = DType::f32);
+                           DType compute = DType::f32, std::int64_t gate_table_mib = 256);
 
   const ModelInfo& info() const override { return info_; }
   // Throws ConfigError: an encoder-decoder runs through start() and step().
@@ -88,6 +89,7 @@ class RnnSeq2SeqModel final : public Model, public train::TrainableModel {
   std::filesystem::path path_;
   std::int64_t init_seed_ = -1;
   DType compute_ = DType::f32;
+  std::int64_t gate_table_mib_ = 256;
   RnnConfig config_;
   ModelInfo info_;
   Encoder encoder_;

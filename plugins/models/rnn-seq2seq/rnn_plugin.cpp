@@ -1,6 +1,9 @@
 // Model plugin `rnn-seq2seq`: LSTM/GRU encoder-decoders with Bahdanau or Luong attention and
 // input feeding (OpenNMT-py / Nematus-style RNN translation models), on oneDNN's RNN
 // primitives. config.json keys and tensor names: README.md.
+#include <string>
+
+#include "masque/error.hpp"
 #include "masque/folder_match.hpp"
 #include "masque/params.hpp"
 #include "masque/plugin.hpp"
@@ -10,11 +13,17 @@ namespace {
 
 masque::Plugin* create(const masque::Params& params) {
   const std::string dtype = params.has("matmul_dtype") ? params.get_string("matmul_dtype") : "f32";
+  const std::int64_t table_mib =
+      params.has("gate_table_mib") ? params.get_int("gate_table_mib") : 256;
+  if (table_mib < 0)
+    throw masque::ConfigError("rnn-seq2seq: gate_table_mib must be >= 0 (0: no tables), got " +
+                              std::to_string(table_mib));
   return new masque::rnn::RnnSeq2SeqModel(
       params.get_string("path"), params.has("init_seed") ? params.get_int("init_seed") : -1,
       dtype == "bf16"   ? masque::DType::bf16
       : dtype == "int8" ? masque::DType::i8
-                        : masque::DType::f32);
+                        : masque::DType::f32,
+      table_mib);
 }
 
 const masque::ParamSpec kParams[] = {
@@ -49,6 +58,14 @@ const masque::ParamSpec kParams[] = {
              "(log-probs moved by up to 0.03 (LSTM) and 0.1 (GRU) nats on the test models; "
              "inference only)",
      .choices = "f32|bf16|int8"},
+    {.name = "gate_table_mib",
+     .type = masque::ParamType::integer,
+     .default_value = "256",
+     .help = "the first encoder layer's input gates W_ih e + b depend on the source token alone: "
+             "when the tables of them (source vocabulary x 2 directions x gates x hidden floats) "
+             "take at most this many MiB, they are computed once at load and a token costs a "
+             "row copy instead of a product (the same numbers; f32 and int8, not bf16). 0: "
+             "never"},
 };
 
 const masque::PluginDescriptor* descriptor() {
