@@ -50,9 +50,8 @@ const ParamSpec* matmul_dtype_param(const PluginDescriptor& plugin) {
 
 // The linear layers' matmul types: the one-line summary, counts, and each layer.
 json matmuls_json(const Model& model, const std::string& asked) {
-  const auto* transformer = dynamic_cast<const transformer::TransformerModel*>(&model);
-  if (!transformer) return nullptr;
-  const transformer::LinearList layers = transformer->linear_layers();
+  const LinearList layers = model.linear_layers();
+  if (layers.empty()) return nullptr;
   json list = json::array();
   std::map<std::string, int> counts;
   for (const auto& [name, linear] : layers) {
@@ -68,7 +67,7 @@ json matmuls_json(const Model& model, const std::string& asked) {
                     {"dtype", type}});
   }
   json j{{"asked", asked},
-         {"summary", transformer::matmul_summary(layers)},
+         {"summary", matmul_summary(layers)},
          {"layers", layers.size()},
          {"by_dtype", counts}};
   if (asked == "int8")

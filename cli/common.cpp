@@ -10,7 +10,6 @@
 #include <thread>
 
 #include "masque/error.hpp"
-#include "masque/transformer/model.hpp"
 #include "tasks/task.hpp"
 
 namespace masque::cli {
@@ -124,16 +123,15 @@ void open_streams(const po::variables_map& vm, Streams& s) {
 
 namespace {
 
-// "int8: 24 of 36 linear layers; 12 kept f32 (...)" for a Transformer model loaded with a
-// matmul_dtype other than f32, else "".
+// "int8: 24 of 36 linear layers; 12 kept f32 (...)" for a model loaded with a matmul_dtype
+// other than f32, else "".
 std::string matmuls_of(const Model* model) {
-  const auto* transformer = dynamic_cast<const transformer::TransformerModel*>(model);
-  if (!transformer) return "";
-  const transformer::LinearList layers = transformer->linear_layers();
+  if (!model) return "";
+  const LinearList layers = model->linear_layers();
   const bool all_f32 = std::all_of(layers.begin(), layers.end(), [](const auto& layer) {
     return layer.second->requested() == DType::f32;
   });
-  return all_f32 ? "" : transformer::matmul_summary(layers);
+  return all_f32 ? "" : matmul_summary(layers);
 }
 
 }  // namespace

@@ -9,6 +9,10 @@ namespace masque {
 
 DecodeState::~DecodeState() = default;
 
+LinearList Model::linear_layers() const {
+  return {};
+}
+
 bool DecodeState::can_append() const {
   return false;
 }

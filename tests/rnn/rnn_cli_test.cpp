@@ -113,3 +113,31 @@ TEST_CASE("rnn-seq2seq: return_attention and replace_unknowns are configuration 
     CHECK_THAT(bad.err, Catch::Contains("model cannot show its attention"));
   }
 }
+
+TEST_CASE("rnn-seq2seq: inspect and the run summary say which products run int8",
+          "[rnn][e2e][int8]") {
+  // The wide fixture's recurrent layers, bridge and most projections pass the int8 rule; its
+  // generator (128 -> 24 outputs) and Bahdanau query projection (16,384 weights) do not.
+  const auto dir = fixture_dir("lstm-wide");
+  const auto inspect = run_masque({"inspect", dir.string(), "--matmul-dtype", "int8", "--json"});
+  INFO(inspect.err);
+  REQUIRE(inspect.exit_code == 0);
+  const auto j = nlohmann::json::parse(inspect.out);
+  const auto& matmuls = j["matmuls"];
+  // 2 encoder layers x 2 directions + 2 decoder layers, two products each; bridge; key, query
+  // and output projections; generator.
+  CHECK(matmuls["layers"] == 17);
+  CHECK(matmuls["by_dtype"]["f32"] == 2);
+  CHECK(matmuls["by_dtype"]["int8"] == 15);
+  bool recurrent_int8 = false;
+  for (const auto& layer : matmuls["list"])
+    if (layer["name"] == "encoder.rnn.l0_reverse.recurrent")
+      recurrent_int8 = layer["dtype"] == "int8";
+  CHECK(recurrent_int8);
+
+  const auto run = run_masque(
+      {"run", pipeline("lstm-wide", "greedy"), "--set", "model.matmul_dtype=int8"}, "s4 s5 s6\n");
+  INFO(run.err);
+  REQUIRE(run.exit_code == 0);
+  CHECK_THAT(run.err, Catch::Contains("int8: 15 of 17 linear layers; 2 kept f32"));
+}

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/config.hpp>
@@ -104,6 +106,14 @@ class BOOST_SYMBOL_VISIBLE Linear {
   struct Impl;
   std::shared_ptr<const Impl> impl_;
 };
+
+// A network's Linear layers, each named by where it sits ("decoder.3.self_attention.qkv").
+using LinearList = std::vector<std::pair<std::string, const Linear*>>;
+
+// The matmul types of `layers` (Model::linear_layers()) in one line: "int8: 24 of 36 linear
+// layers; 12 kept f32 (fewer than 128 inputs, ...)" (kInt8Rule) when int8 was asked
+// (Int8Policy::where_it_pays), else e.g. "f32: 36 linear layers".
+BOOST_SYMBOL_VISIBLE std::string matmul_summary(const LinearList& layers);
 
 struct BOOST_SYMBOL_VISIBLE LayerNorm {
   Tensor weight;  // [dim]

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "masque/layers.hpp"
 #include "masque/mask.hpp"
 #include "masque/plugin.hpp"
 #include "masque/tensor.hpp"
@@ -114,6 +115,9 @@ struct StepInput {
 class BOOST_SYMBOL_VISIBLE Model : public Plugin {
  public:
   virtual const ModelInfo& info() const = 0;
+  // The model's Linear layers: what masque inspect and the run summary report of its matmul
+  // types (matmul_summary()). The default: none to report.
+  virtual LinearList linear_layers() const;
   // Full forward of a batch under its attention layout. Encoder-decoder models throw
   // ConfigError (use start/step).
   virtual ForwardResult forward(const Batch& batch) const = 0;

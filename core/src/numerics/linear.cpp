@@ -465,6 +465,23 @@ std::unique_ptr<numerics::RowProduct> Linear::Impl::make_row_product() const {
   return product->calibrate(x.data(), reference.data()) ? std::move(product) : nullptr;
 }
 
+std::string matmul_summary(const LinearList& layers) {
+  std::size_t asked_int8 = 0, int8 = 0;
+  for (const auto& [name, linear] : layers) {
+    asked_int8 += linear->requested() == DType::i8;
+    int8 += linear->compute() == DType::i8;
+  }
+  const std::string total =
+      std::to_string(layers.size()) + " linear layer" + (layers.size() == 1 ? "" : "s");
+  if (asked_int8 == 0) {
+    const DType type = layers.empty() ? DType::f32 : layers.front().second->compute();
+    return std::string(type == DType::bf16 ? "bf16" : "f32") + ": " + total;
+  }
+  if (int8 == layers.size()) return "int8: all " + total;
+  return "int8: " + std::to_string(int8) + " of " + total + "; " +
+         std::to_string(layers.size() - int8) + " kept f32 (" + kInt8Rule + ")";
+}
+
 bool int8_pays(std::int64_t in, std::int64_t out) {
   return in >= kInt8MinInputs && out >= kInt8MinOutputs && in * out >= kInt8MinWeights;
 }

@@ -178,23 +178,6 @@ LinearList TransformerModel::linear_layers() const {
   return layers;
 }
 
-std::string matmul_summary(const LinearList& layers) {
-  std::size_t asked_int8 = 0, int8 = 0;
-  for (const auto& [name, linear] : layers) {
-    asked_int8 += linear->requested() == DType::i8;
-    int8 += linear->compute() == DType::i8;
-  }
-  const std::string total =
-      std::to_string(layers.size()) + " linear layer" + (layers.size() == 1 ? "" : "s");
-  if (asked_int8 == 0) {
-    const DType type = layers.empty() ? DType::f32 : layers.front().second->compute();
-    return std::string(type == DType::bf16 ? "bf16" : "f32") + ": " + total;
-  }
-  if (int8 == layers.size()) return "int8: all " + total;
-  return "int8: " + std::to_string(int8) + " of " + total + "; " +
-         std::to_string(layers.size() - int8) + " kept f32 (" + kInt8Rule + ")";
-}
-
 void TransformerModel::prepare(const Batch& batch, const Stack& stack, std::int32_t vocab,
                                Workspace& ws) const {
   const std::int64_t n = std::int64_t{batch.batch} * batch.length;

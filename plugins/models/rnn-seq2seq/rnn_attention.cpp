@@ -6,8 +6,16 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <string>
 
 namespace masque::rnn {
+
+void Attention::list_linears(LinearList& out) const {
+  const std::string p = "decoder.attention.";
+  out.emplace_back(p + "key_proj", &w_.key);
+  if (w_.kind == AttentionKind::bahdanau) out.emplace_back(p + "query_proj", &w_.query);
+  out.emplace_back(p + "out_proj", &w_.output);
+}
 
 Tensor Attention::keys(const Tensor& memory, std::span<const std::int32_t> lengths) const {
   const std::int64_t B = memory.dim(0), T = memory.dim(1), M = memory.dim(2);

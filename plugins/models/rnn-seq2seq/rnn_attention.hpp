@@ -44,6 +44,9 @@ class Attention {
   Attention() = default;
   explicit Attention(AttentionWeights weights) : w_(std::move(weights)) {}
 
+  // "decoder.attention.key_proj", ".query_proj" (Bahdanau), ".out_proj".
+  void list_linears(LinearList& out) const;
+
   // W_k h for every memory vector of [sources, T, M] whose position is below its source's
   // length: [sources * T, A] (zeros at the pads).
   Tensor keys(const Tensor& memory, std::span<const std::int32_t> lengths) const;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <string>
 
 #include "masque/ops.hpp"
 
@@ -19,6 +20,14 @@ Encoder::Encoder(Tensor embeddings, std::vector<EncoderLayer> layers, std::int64
   gate_table_backward_ = Tensor({vocab, width});
   first.forward.input_gates(embeddings_.f32(), vocab, gate_table_forward_.f32());
   first.backward.input_gates(embeddings_.f32(), vocab, gate_table_backward_.f32());
+}
+
+void Encoder::list_linears(LinearList& out) const {
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const std::string name = "encoder.rnn.l" + std::to_string(l);
+    layers_[l].forward.list_linears(name, out);
+    layers_[l].backward.list_linears(name + "_reverse", out);
+  }
 }
 
 EncoderOutput Encoder::encode(const std::vector<std::vector<TokenId>>& rows) const {

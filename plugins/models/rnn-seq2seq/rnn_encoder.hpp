@@ -44,6 +44,8 @@ class Encoder {
 
   std::int64_t hidden_size() const { return layers_.front().forward.hidden_size(); }
   bool has_gate_tables() const { return !gate_table_forward_.empty(); }
+  // The layers' Linears: "encoder.rnn.l<layer>[_reverse].input" / ".recurrent".
+  void list_linears(LinearList& out) const;
 
   // rows[b]: row b's source ids (no pads). Ids outside the table: RecordError.
   EncoderOutput encode(const std::vector<std::vector<TokenId>>& rows) const;

@@ -380,6 +380,12 @@ std::int64_t RnnLayer::gate_width() const {
   return impl_->gates * impl_->hidden;
 }
 
+void RnnLayer::list_linears(const std::string& prefix, LinearList& out) const {
+  if (impl_->bf16()) return;
+  out.emplace_back(prefix + ".input", &impl_->input);
+  out.emplace_back(prefix + ".recurrent", &impl_->recurrent);
+}
+
 bool RnnLayer::has_input_gates() const {
   return !impl_->bf16();
 }

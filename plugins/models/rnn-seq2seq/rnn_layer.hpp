@@ -15,8 +15,10 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "masque/layers.hpp"
 #include "masque/tensor.hpp"
 #include "rnn_config.hpp"
 
@@ -48,6 +50,9 @@ class RnnLayer {
   // The input gates of `rows` inputs x [rows][in] -> xg [rows][gate_width()], in torch's gate
   // order, as run() computes them (each row on its own: the same numbers in any batch).
   void input_gates(const float* x, std::int64_t rows, float* xg) const;
+  // The layer's Linears (`prefix`.input, `prefix`.recurrent), where it runs on them (f32 and
+  // int8; bf16 runs on oneDNN's RNN primitive: none).
+  void list_linears(const std::string& prefix, LinearList& out) const;
   // run() from precomputed input gates: xg [total][gate_width()] in the packed layout.
   void run_from_gates(std::span<const std::int32_t> lengths, const float* xg, float* y) const;
 

@@ -165,6 +165,17 @@ RnnSeq2SeqModel::RnnSeq2SeqModel(const std::filesystem::path& path, std::int64_t
   }
 }
 
+LinearList RnnSeq2SeqModel::linear_layers() const {
+  LinearList out;
+  encoder_.list_linears(out);
+  if (!bridge_.empty()) out.emplace_back("bridge", &bridge_);
+  for (std::size_t l = 0; l < decoder_.size(); ++l)
+    decoder_[l].list_linears("decoder.rnn.l" + std::to_string(l), out);
+  attention_.list_linears(out);
+  out.emplace_back("generator", &generator_);
+  return out;
+}
+
 void RnnSeq2SeqModel::build(const Weights& w) {
   const ThreadScope one_thread(1);  // tiny packing regions cost more than they save
   const RnnConfig& c = config_;

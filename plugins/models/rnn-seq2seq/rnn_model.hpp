@@ -70,6 +70,8 @@ class RnnSeq2SeqModel final : public Model, public train::TrainableModel {
                            DType compute = DType::f32, std::int64_t gate_table_mib = 256);
 
   const ModelInfo& info() const override { return info_; }
+  // The recurrent layers' Linears (f32 and int8), the bridge, the attention's and the generator.
+  LinearList linear_layers() const override;
   // Throws ConfigError: an encoder-decoder runs through start() and step().
   ForwardResult forward(const Batch& batch) const override;
   std::unique_ptr<DecodeState> start(const Batch& batch, Tensor* logits) const override;

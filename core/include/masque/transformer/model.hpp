@@ -34,8 +34,8 @@ class BOOST_SYMBOL_VISIBLE TransformerModel final : public Model {
 
   const TransformerSpec& spec() const { return spec_; }
   // Every Linear of the network, named by where it sits ("encoder.0.self_attention.qkv",
-  // "decoder.5.mlp.out", "head.output"): what masque inspect and the run summary report.
-  LinearList linear_layers() const;
+  // "decoder.5.mlp.out", "head.output").
+  LinearList linear_layers() const override;
   const ModelInfo& info() const override { return info_; }
   ForwardResult forward(const Batch& batch) const override;
   std::unique_ptr<DecodeState> start(const Batch& batch, Tensor* logits) const override;
@@ -61,11 +61,6 @@ class BOOST_SYMBOL_VISIBLE TransformerModel final : public Model {
   Stack encoder_, decoder_;
   Head head_;
 };
-
-// The matmul types of `layers` in one line: "int8: 24 of 36 linear layers; 12 kept f32 (fewer
-// than 128 inputs, ...)" (kInt8Rule) when int8 was asked (Int8Policy::where_it_pays), else e.g.
-// "f32: 36 linear layers".
-std::string matmul_summary(const LinearList& layers);
 
 // The safetensors checkpoint of a model folder: the sharded index when there is one, else
 // model.safetensors (errors name what is missing).

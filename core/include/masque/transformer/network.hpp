@@ -25,9 +25,6 @@
 
 namespace masque::transformer {
 
-// The network's Linear layers, each named by where it sits ("decoder.3.self_attention.qkv").
-using LinearList = std::vector<std::pair<std::string, const Linear*>>;
-
 // Reads the tensors a spec names, each checked against its shape (ConfigError naming the file
 // and the tensor otherwise), into Linear layers of one compute type.
 class WeightReader {
