@@ -1,5 +1,6 @@
 #include "rnn_model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -82,7 +83,7 @@ Encoder load_encoder(const Weights& w, const RnnConfig& c, std::int64_t gate_tab
                       w.rnn("encoder.rnn", l, "_reverse", c.cell, in, c.encoder_hidden)});
   }
   return Encoder(w.matrix("encoder.embed_tokens.weight", c.source_vocab, c.embedding_size),
-                 std::move(layers), gate_table_mib << 20);
+                 std::move(layers), std::min<std::int64_t>(gate_table_mib, 1 << 30) << 20);
 }
 
 Attention load_attention(const Weights& w, const RnnConfig& c) {
