@@ -31,18 +31,7 @@ TEST_CASE("rnn-seq2seq bf16: teacher-forced log-probs near the float64 torch ref
     return;
   }
   for (const std::string& name : fixture_names()) {
-    const auto loaded = load_model(name, "bf16");
-    const auto e = expected(name);  // (not a temporary: the loop would read a dead object)
-    REQUIRE(e["records"].size() == 7);
-    double worst = 0;
-    for (const auto& r : e["records"]) {
-      const auto got = teacher_forced(*loaded, r["source"].get<std::vector<TokenId>>(),
-                                      r["target"].get<std::vector<TokenId>>());
-      const auto& want = r["teacher_forced"];
-      REQUIRE(got.size() == want.size());
-      for (std::size_t i = 0; i < got.size(); ++i)
-        worst = std::max(worst, std::abs(got[i] - want[i].get<double>()));
-    }
+    const double worst = worst_teacher_forced(name, "bf16");
     std::printf("%s bf16: worst |log p - reference| %.2e\n", name.c_str(), worst);
     INFO(name << ": worst |log p - reference| = " << worst);
     CHECK(worst > kNotF32);  // the products did run in bf16

@@ -21,23 +21,6 @@ namespace {
 constexpr double kInt8Tolerance = 2.5e-1;
 constexpr double kF32Tolerance = 1e-5;
 
-// The worst |log p - reference| over a fixture's teacher-forced records.
-double worst_teacher_forced(const std::string& name, const std::string& dtype) {
-  const auto loaded = load_model(name, dtype);
-  const auto e = expected(name);  // (not a temporary: the loop would read a dead object)
-  REQUIRE(e["records"].size() == 7);
-  double worst = 0;
-  for (const auto& r : e["records"]) {
-    const auto got = teacher_forced(*loaded, r["source"].get<std::vector<TokenId>>(),
-                                    r["target"].get<std::vector<TokenId>>());
-    const auto& want = r["teacher_forced"];
-    REQUIRE(got.size() == want.size());
-    for (std::size_t i = 0; i < got.size(); ++i)
-      worst = std::max(worst, std::abs(got[i] - want[i].get<double>()));
-  }
-  return worst;
-}
-
 }  // namespace
 
 TEST_CASE("rnn-seq2seq int8: teacher-forced log-probs near the float64 torch reference",

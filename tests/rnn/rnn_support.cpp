@@ -91,6 +91,21 @@ std::vector<double> teacher_forced(const Model& model, const std::vector<TokenId
   return out;
 }
 
+double worst_teacher_forced(const std::string& name, const std::string& matmul_dtype) {
+  const auto loaded = load_model(name, matmul_dtype);
+  const auto e = expected(name);  // (not a temporary: the loop would read a dead object)
+  double worst = 0;
+  for (const auto& r : e["records"]) {
+    const auto got = teacher_forced(*loaded, r["source"].get<std::vector<TokenId>>(),
+                                    r["target"].get<std::vector<TokenId>>());
+    const auto& want = r["teacher_forced"];
+    if (got.size() != want.size()) throw std::runtime_error(name + ": teacher forcing's length");
+    for (std::size_t i = 0; i < got.size(); ++i)
+      worst = std::max(worst, std::abs(got[i] - want[i].get<double>()));
+  }
+  return worst;
+}
+
 Greedy greedy(const Model& model, const std::vector<TokenId>& source, int max_steps) {
   auto state = model.start(source_batch({source}), nullptr);
   Greedy g;

@@ -52,6 +52,10 @@ std::vector<double> log_softmax_row(const float* row, std::int32_t vocab);
 std::vector<double> teacher_forced(const Model& model, const std::vector<TokenId>& source,
                                    const std::vector<TokenId>& target);
 
+// The worst |log p - reference| over fixture `name`'s teacher-forced records, the model loaded
+// with `matmul_dtype`.
+double worst_teacher_forced(const std::string& name, const std::string& matmul_dtype);
+
 struct Greedy {
   std::vector<TokenId> tokens;   // without </s>
   std::vector<double> logprobs;  // per step, </s> included when produced
