@@ -12,7 +12,8 @@
 //
 // The first layer's input is an embedding row, so its input gates W_ih e + b depend on the token
 // alone: when they fit the budget given, they are computed once for every source token and
-// direction (RnnLayer::input_gates) and a token costs a row copy instead of a product.
+// direction (RnnLayer::input_gates) and a token costs a row copy instead of a product; that
+// layer's recurrence then runs on its Linears at any batch (RnnLayer::run_from_gates).
 #pragma once
 
 #include <cstdint>
