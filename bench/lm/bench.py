@@ -271,7 +271,9 @@ GEN_CONFIGS = {1: {"--threads 1": ["--threads", "1"]},
 def bench_generate(a, model, results):
     """ms per generated token, prompt prefill included on both sides: masque generates for
     `reps` copies of the prompt one after another (batch 1) in one process; PyTorch times
-    `reps` generations after a warm-up one."""
+    `reps` generations after a warm-up one. For masque in f32 also the time of a decoding step
+    alone (the bandwidth target's unit): the same run with one new token (prefill and the first
+    step) is subtracted and the rest divided by the other NEW_TOKENS - 1 steps."""
     s = a.scratch
     work = repeated(a, "prompt.ids", a.reps)
     pipeline = os.path.join(s, "gpt2-generate.yaml")
@@ -285,10 +287,16 @@ def bench_generate(a, model, results):
                 for dtype in a.dtypes:
                     sec, wall, out, cmd = run_masque(a, pipeline, work,
                                                      base + opts + dtype_options(dtype))
-                    results.append({"bench": "generate", "side": "masque", "threads": threads,
-                                    "config": label, "dtype": dtype,
-                                    "ms_per_token": 1e3 * sec / (a.reps * NEW_TOKENS),
-                                    "tokens": out[0]["tokens"], "load": loadavg(), "cmd": cmd})
+                    row = {"bench": "generate", "side": "masque", "threads": threads,
+                           "config": label, "dtype": dtype,
+                           "ms_per_token": 1e3 * sec / (a.reps * NEW_TOKENS),
+                           "tokens": out[0]["tokens"], "load": loadavg(), "cmd": cmd}
+                    if dtype == "f32":
+                        one = ["--set", "decoder.max_new_tokens=1", "--set", "decoder.min_new_tokens=1"]
+                        first, _, _, _ = run_masque(a, pipeline, work,
+                                                    base + opts + dtype_options(dtype) + one)
+                        row["ms_per_step"] = 1e3 * (sec - first) / (a.reps * (NEW_TOKENS - 1))
+                    results.append(row)
             for dtype in a.dtypes:
                 for peer in peers_for(dtype):
                     t, cmd = run_torch(a, model, "generate", os.path.join(s, "prompt.ids"),
@@ -421,8 +429,8 @@ def table_score(results, dtypes, header):
 
 
 def table_generate(results, dtypes, header):
-    lines = ["| matmuls | threads | masque config | masque ms/token | masque weights GB/s (% of read bandwidth) | PyTorch tuned | masque / tuned | PyTorch plain | masque / plain | same tokens |",
-             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    lines = ["| matmuls | threads | masque config | masque ms/token | masque weights GB/s (% of read bandwidth) | masque ms/step, prefill excluded | weights GB/s per step (%) | PyTorch tuned | masque / tuned | PyTorch plain | masque / plain | same tokens |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     weight_bytes = header.get("f32_weight_bytes", float("nan"))
     for dtype in dtypes:
         for threads in (1, 2):
@@ -437,12 +445,19 @@ def table_generate(results, dtypes, header):
             for peer in PEERS:
                 t, row = peer_median(results, "ms_per_token", peer, **kw)
                 cells += ["–", "–"] if row is None else [f"{t:.1f}", f"**{m / t:.2f}×**"]
-            stream = "–"  # f32 only: in bf16/int8 the bytes per token depend on the layer types
+            # f32 only: in bf16/int8 the bytes per token depend on the layer types.
+            stream = step = step_stream = "–"
             if dtype == "f32":
+                bandwidth = yardstick(results, "bandwidth", threads)
                 gbs = weight_bytes / (m / 1e3) / 1e9
-                stream = f"{gbs:.1f} ({percent(gbs, yardstick(results, 'bandwidth', threads))})"
-            lines.append(f"| {dtype} | {threads} | {config} | {m:.1f} | {stream} | "
-                         f"{' | '.join(cells)} | {'yes' if same else 'no'} |")
+                stream = f"{gbs:.1f} ({percent(gbs, bandwidth)})"
+                s = median([r["ms_per_step"] for r in
+                            select(results, side="masque", config=config, **kw)
+                            if "ms_per_step" in r])
+                step_gbs = weight_bytes / (s / 1e3) / 1e9
+                step, step_stream = f"{s:.1f}", f"{step_gbs:.1f} ({percent(step_gbs, bandwidth)})"
+            lines.append(f"| {dtype} | {threads} | {config} | {m:.1f} | {stream} | {step} | "
+                         f"{step_stream} | {' | '.join(cells)} | {'yes' if same else 'no'} |")
     return "\n".join(lines)
 
 
