@@ -60,6 +60,9 @@ class RnnState final : public DecodeState {
 
 class Weights;
 
+// The default budget of the encoder's first-layer input-gate tables (MiB; `gate_table_mib`).
+inline constexpr std::int64_t kDefaultGateTableMib = 256;
+
 class RnnSeq2SeqModel final : public Model, public train::TrainableModel {
  public:
   // init_seed >= 0: the parameters initialised from that seed (rnn_parameters.hpp; the folder
@@ -67,7 +70,8 @@ class RnnSeq2SeqModel final : public Model, public train::TrainableModel {
   // `compute`: the type of every product (f32, bf16 or i8: RnnLayer, Linear).
   // `gate_table_mib`: the most the encoder's first-layer input-gate tables may take (Encoder).
   explicit RnnSeq2SeqModel(const std::filesystem::path& path, std::int64_t init_seed = -1,
-                           DType compute = DType::f32, std::int64_t gate_table_mib = 256);
+                           DType compute = DType::f32,
+                           std::int64_t gate_table_mib = kDefaultGateTableMib);
 
   const ModelInfo& info() const override { return info_; }
   // The recurrent layers' Linears (f32 and int8), the bridge, the attention's and the generator.
@@ -91,7 +95,7 @@ class RnnSeq2SeqModel final : public Model, public train::TrainableModel {
   std::filesystem::path path_;
   std::int64_t init_seed_ = -1;
   DType compute_ = DType::f32;
-  std::int64_t gate_table_mib_ = 256;
+  std::int64_t gate_table_mib_ = kDefaultGateTableMib;
   RnnConfig config_;
   ModelInfo info_;
   Encoder encoder_;

@@ -7,22 +7,21 @@
 #include "masque/folder_match.hpp"
 #include "masque/params.hpp"
 #include "masque/plugin.hpp"
+#include "matmul_dtype.hpp"
 #include "rnn_model.hpp"
 
 namespace {
 
 masque::Plugin* create(const masque::Params& params) {
-  const std::string dtype = params.has("matmul_dtype") ? params.get_string("matmul_dtype") : "f32";
-  const std::int64_t table_mib =
-      params.has("gate_table_mib") ? params.get_int("gate_table_mib") : 256;
+  const masque::DType dtype =
+      params.has("matmul_dtype") ? masque::models::matmul_dtype(params) : masque::DType::f32;
+  const std::int64_t table_mib = params.has("gate_table_mib") ? params.get_int("gate_table_mib")
+                                                              : masque::rnn::kDefaultGateTableMib;
   if (table_mib < 0)
     throw masque::ConfigError("rnn-seq2seq: gate_table_mib must be >= 0 (0: no tables), got " +
                               std::to_string(table_mib));
   return new masque::rnn::RnnSeq2SeqModel(
-      params.get_string("path"), params.has("init_seed") ? params.get_int("init_seed") : -1,
-      dtype == "bf16"   ? masque::DType::bf16
-      : dtype == "int8" ? masque::DType::i8
-                        : masque::DType::f32,
+      params.get_string("path"), params.has("init_seed") ? params.get_int("init_seed") : -1, dtype,
       table_mib);
 }
 
