@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -297,6 +298,45 @@ TEST_CASE("models: bad folders are ConfigErrors naming the file and the key or t
         "llama-type", llama_folder(), [](nlohmann::json& c) { c["model_type"] = "mistral"; },
         nullptr);
     CHECK_THAT(config_error("llama", type), Catch::Contains("model_type"));
+  }
+  SECTION("a norm epsilon that is not positive") {
+    const fs::path gpt2 = edited_folder(
+        "gpt2-eps", gpt2_folder(), [](nlohmann::json& c) { c["layer_norm_epsilon"] = -1; },
+        nullptr);
+    CHECK_THAT(config_error("gpt2", gpt2), Catch::Contains("layer_norm_epsilon"));
+    const fs::path llama = edited_folder(
+        "llama-eps", llama_folder(), [](nlohmann::json& c) { c["rms_norm_eps"] = 0; }, nullptr);
+    CHECK_THAT(config_error("llama", llama), Catch::Contains("rms_norm_eps"));
+  }
+  SECTION("fewer layers in config.json than in the checkpoint") {
+    const fs::path gpt2 = edited_folder(
+        "gpt2-layers", gpt2_folder(), [](nlohmann::json& c) { c["n_layer"] = 1; }, nullptr);
+    CHECK_THAT(config_error("gpt2", gpt2),
+               Catch::Contains("transformer.h.1.") && Catch::Contains("fewer layers"));
+    const fs::path llama = edited_folder(
+        "llama-layers", llama_folder(), [](nlohmann::json& c) { c["num_hidden_layers"] = 2; },
+        nullptr);
+    CHECK_THAT(config_error("llama", llama),
+               Catch::Contains("model.layers.2.") && Catch::Contains("fewer layers"));
+  }
+  SECTION("a weight that is NaN or infinite") {
+    const fs::path gpt2 = edited_folder("gpt2-nan", gpt2_folder(), nullptr, [](Tensors& t) {
+      find(t, "transformer.ln_f.weight").f32()[3] = std::numeric_limits<float>::quiet_NaN();
+    });
+    CHECK_THAT(config_error("gpt2", gpt2),
+               Catch::Contains("transformer.ln_f.weight") && Catch::Contains("NaN at element 3"));
+    const fs::path llama = edited_folder("llama-inf", llama_folder(), nullptr, [](Tensors& t) {
+      find(t, "model.layers.1.mlp.up_proj.weight").f32()[0] =
+          -std::numeric_limits<float>::infinity();
+    });
+    CHECK_THAT(config_error("llama", llama), Catch::Contains("model.layers.1.mlp.up_proj.weight") &&
+                                                 Catch::Contains("an infinity at element 0"));
+  }
+  SECTION("an end token outside the vocabulary") {
+    const fs::path gpt2 = edited_folder(
+        "gpt2-eos", gpt2_folder(), [](nlohmann::json& c) { c["eos_token_id"] = 99999; }, nullptr);
+    CHECK_THAT(config_error("gpt2", gpt2),
+               Catch::Contains("eos_token_id 99999") && Catch::Contains("outside the vocabulary"));
   }
 }
 

@@ -85,6 +85,13 @@ std::vector<RecordPlan> plan_records(const Stepper& stepper, const DecodingOptio
 // stepper's record, which must stay where it is (a moved std::vector keeps its buffer).
 RecordPlan plan_record(const Stepper& stepper, const DecodingOptions& options, std::int32_t record);
 
+// Capacity to reserve for a hypothesis that may take `limit` tokens, capped so that a huge
+// max_new_tokens does not allocate up front (vectors grow past it as usual).
+std::size_t tokens_to_reserve(std::int32_t limit);
+
+// RuntimeError unless a step's logits are [rows, vocab] f32: what a Stepper must return.
+void check_step_logits(const Tensor& logits, std::size_t rows, std::int32_t vocab);
+
 // The end tokens in effect: none for a fixed_length() stepper (end tokens have no meaning
 // there), else options.end_tokens or the stepper's defaults. Throws ConfigError for ids
 // outside the vocabulary.

@@ -21,17 +21,6 @@ struct Sequence {
   std::int32_t step = 0;  // the record's decoding step (records admitted later start at 0)
 };
 
-// Capacity reserved up front so that appending tokens does not allocate in the loop.
-constexpr std::int32_t kReserveTokens = 4096;
-
-void check_logits(const Tensor& logits, std::size_t rows, std::int32_t vocab) {
-  if (logits.dtype() != DType::f32 || logits.rank() != 2 ||
-      logits.dim(0) != static_cast<std::int64_t>(rows) || logits.dim(1) != vocab)
-    throw RuntimeError("the stepper returned logits " + to_string(logits.shape()) + " " +
-                       to_string(logits.dtype()) + ", expected [" + std::to_string(rows) + ", " +
-                       std::to_string(vocab) + "] f32");
-}
-
 class IndependentSearch {
  public:
   IndependentSearch(Stepper& stepper, const DecodingOptions& options, std::int32_t per_record,
@@ -96,7 +85,7 @@ class IndependentSearch {
     Sequence& seq = alive_.emplace_back();
     seq.record = record;
     seq.index = record * per_record_ + hypothesis;
-    const auto reserve = static_cast<std::size_t>(std::min(plans_[record].limit, kReserveTokens));
+    const auto reserve = tokens_to_reserve(plans_[record].limit);
     seq.tokens.reserve(reserve);
     seq.logprobs.reserve(reserve);
     keep_.push_back(row);
@@ -104,7 +93,7 @@ class IndependentSearch {
 
   void decode_step() {
     stepper_.logits(logits_);
-    check_logits(logits_, alive_.size(), vocab_);
+    check_step_logits(logits_, alive_.size(), vocab_);
     keep_.clear();
     next_.clear();
     for (std::size_t i = 0; i < alive_.size(); ++i) {

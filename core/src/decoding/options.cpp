@@ -1,9 +1,11 @@
 // The decoding options every decoder plugin declares, and how they resolve per record.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "masque/decoding.hpp"
 #include "masque/error.hpp"
+#include "masque/tensor.hpp"
 
 namespace masque {
 
@@ -216,6 +218,19 @@ std::vector<RecordPlan> plan_records(const Stepper& stepper, const DecodingOptio
   for (std::int32_t r = 0; r < stepper.num_records(); ++r)
     plans.push_back(plan_record(stepper, options, r));
   return plans;
+}
+
+std::size_t tokens_to_reserve(std::int32_t limit) {
+  constexpr std::int32_t kReserveTokens = 4096;
+  return static_cast<std::size_t>(std::clamp(limit, 0, kReserveTokens));
+}
+
+void check_step_logits(const Tensor& logits, std::size_t rows, std::int32_t vocab) {
+  if (logits.dtype() != DType::f32 || logits.rank() != 2 ||
+      logits.dim(0) != static_cast<std::int64_t>(rows) || logits.dim(1) != vocab)
+    throw RuntimeError("the stepper returned logits " + to_string(logits.shape()) + " " +
+                       to_string(logits.dtype()) + ", expected [" + std::to_string(rows) + ", " +
+                       std::to_string(vocab) + "] f32");
 }
 
 std::vector<TokenId> resolve_end_tokens(const Stepper& stepper, const DecodingOptions& options) {

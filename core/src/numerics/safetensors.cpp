@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <span>
 #include <sstream>
 #include <utility>
 
@@ -360,14 +362,41 @@ Tensor SafeTensors::get(std::string_view name) const {
   return view;
 }
 
+namespace {
+
+// The index of the first NaN or infinity in `values`, or values.size(). By the exponent bits,
+// so that the scan vectorizes (a checkpoint is read through once at load).
+std::size_t first_non_finite(std::span<const float> values) {
+  constexpr std::size_t kBlock = 4096;
+  for (std::size_t begin = 0; begin < values.size(); begin += kBlock) {
+    const std::size_t end = std::min(values.size(), begin + kBlock);
+    std::uint32_t bad = 0;
+    for (std::size_t i = begin; i < end; ++i) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &values[i], sizeof bits);
+      bad |= static_cast<std::uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    }
+    if (bad)
+      for (std::size_t i = begin; i < end; ++i)
+        if (!std::isfinite(values[i])) return i;
+  }
+  return values.size();
+}
+
+}  // namespace
+
 Tensor SafeTensors::get_f32(std::string_view name) const {
   Tensor t = get(name);
-  if (t.dtype() == DType::f32) return t;
-  if (t.dtype() == DType::i32) {
-    const SafeTensorEntry& e = entry(name);
-    fail(e.file, e.name, "is I32, expected a floating-point tensor");
-  }
-  return t.to_f32();
+  const SafeTensorEntry& e = entry(name);
+  if (t.dtype() == DType::i32) fail(e.file, e.name, "is I32, expected a floating-point tensor");
+  if (t.dtype() != DType::f32) t = t.to_f32();
+  // One NaN or infinity in a weight turns every result into NaN: refuse it here, by name.
+  const std::span<const float> values(t.f32(), static_cast<std::size_t>(t.numel()));
+  if (const std::size_t i = first_non_finite(values); i < values.size())
+    fail(e.file, e.name,
+         "holds " + std::string(std::isnan(values[i]) ? "NaN" : "an infinity") + " at element " +
+             std::to_string(i) + " (a weight must be a finite number)");
+  return t;
 }
 
 Tensor SafeTensors::get_f32(std::string_view name, const Shape& expected) const {

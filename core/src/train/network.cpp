@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <set>
+#include <string>
 
 #include "masque/attention.hpp"
 #include "masque/error.hpp"
@@ -14,6 +16,7 @@
 #include "masque/train/grad_ops.hpp"
 #include "masque/train/linear.hpp"
 #include "masque/train/objective.hpp"
+#include "masque/transformer/model.hpp"
 #include "masque/transformer/network.hpp"
 #include "numerics/simd.hpp"
 #include "parallel_range.hpp"
@@ -42,12 +45,15 @@ void ParameterSet::index() {
 ParameterSet ParameterSet::from_checkpoint(const TransformerSpec& spec,
                                            const SafeTensors& checkpoint) {
   ParameterSet set;
+  std::set<std::string> read;
   for (const Parameter& p : parameters(spec)) {
+    read.insert(p.name);
     const Tensor stored = checkpoint.get_f32(p.name, p.shape);
     Tensor value(p.shape);
     std::memcpy(value.raw(), stored.raw(), value.bytes());  // owned: training writes into it
     set.entries_.push_back({p.name, p.role, std::move(value), Tensor::zeros(p.shape)});
   }
+  transformer::check_no_extra_layers(checkpoint, read);
   set.index();
   return set;
 }

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <new>
 #include <string>
+#include <utility>
 
 #include "masque/error.hpp"
 #include "masque/ops.hpp"
@@ -122,6 +123,9 @@ TransformerModel::TransformerModel(TransformerSpec spec, const SafeTensors& chec
   if (spec_.encoder_decoder()) encoder_ = Stack(spec_.encoder, weights);
   decoder_ = Stack(spec_.decoder, weights);
   if (spec_.head.present()) head_ = Head(spec_.head, weights);
+  std::set<std::string> read;
+  for (const Parameter& p : parameters(spec_)) read.insert(p.name);
+  check_no_extra_layers(checkpoint, read);
 
   info_.architecture = spec_.architecture;
   info_.kind = spec_.kind;
@@ -135,6 +139,15 @@ TransformerModel::TransformerModel(TransformerSpec spec, const SafeTensors& chec
     info_.max_positions = std::min(info_.max_positions, encoder_.max_positions());
   info_.uses_token_types = decoder_.embeddings().types() > 0;
   info_.sliding_window = window_of(spec_.decoder);
+  // An end or start token the embeddings cannot hold: generation could never stop on it, or
+  // would read past the table.
+  for (const auto& [name, id] : {std::pair{"bos_token_id", tokens.bos},
+                                 {"eos_token_id", tokens.eos},
+                                 {"decoder_start_token_id", tokens.decoder_start}})
+    if (id >= spec_.vocab_size)
+      throw ConfigError(spec_.architecture + ": " + name + " " + std::to_string(id) +
+                        " (config.json or generation_config.json) is outside the vocabulary of " +
+                        std::to_string(spec_.vocab_size) + " tokens");
   info_.bos = tokens.bos;
   info_.eos = tokens.eos;
   info_.pad = tokens.pad;
@@ -334,6 +347,42 @@ void TransformerModel::step(DecodeState& s, const StepInput& input, Tensor& logi
                     .record = resolve(input.record_attention, record)});
   outputs(ws, {}, &logits, nullptr, false);  // before the end: a failure keeps the cache as it was
   append.end(input.append);
+}
+
+namespace {
+
+// `name` with every dot-separated run of digits as '#': one pattern for a weight of all layers.
+std::string layer_pattern(std::string_view name) {
+  std::string out;
+  std::size_t i = 0;
+  while (i < name.size()) {
+    std::size_t j = i;
+    while (j < name.size() && name[j] >= '0' && name[j] <= '9') ++j;
+    const bool number =
+        j > i && (i == 0 || name[i - 1] == '.') && (j == name.size() || name[j] == '.');
+    if (number) {
+      out += '#';
+      i = j;
+    } else {
+      out += name[i++];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void check_no_extra_layers(const SafeTensors& checkpoint, const std::set<std::string>& read) {
+  std::set<std::string> patterns;
+  for (const std::string& name : read)
+    if (std::string p = layer_pattern(name); p != name) patterns.insert(std::move(p));
+  std::vector<std::string> extra;
+  for (const std::string& name : checkpoint.names())
+    if (!read.count(name) && patterns.count(layer_pattern(name))) extra.push_back(name);
+  if (!extra.empty())
+    throw ConfigError(checkpoint.path().string() + ": " + std::to_string(extra.size()) +
+                      " tensors belong to layers the model does not have (e.g. " + extra.front() +
+                      "): config.json gives fewer layers than the checkpoint holds");
 }
 
 SafeTensors open_checkpoint(const std::filesystem::path& folder) {

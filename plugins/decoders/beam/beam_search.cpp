@@ -17,7 +17,6 @@ using decoding::is_end_token;
 constexpr double kSecondary = -1e10;
 // CTranslate2's initial score of the replicated beams (float lowest).
 constexpr double kUnreachable = -3.4028234663852886e38;
-constexpr std::int32_t kReserveTokens = 4096;
 
 // One live row of the stepper.
 struct Beam {
@@ -53,18 +52,10 @@ struct ActiveRecord {
 };
 
 // Capacity reserved per beam so that extending beams does not allocate in the loop.
-std::size_t tokens_to_reserve(const std::vector<decoding::RecordPlan>& plans) {
+std::size_t reserve_per_beam(const std::vector<decoding::RecordPlan>& plans) {
   std::int32_t longest = 0;
   for (const auto& plan : plans) longest = std::max(longest, plan.limit);
-  return static_cast<std::size_t>(std::min(longest, kReserveTokens));
-}
-
-void check_logits(const Tensor& logits, std::size_t rows, std::int32_t vocab) {
-  if (logits.dtype() != DType::f32 || logits.rank() != 2 ||
-      logits.dim(0) != static_cast<std::int64_t>(rows) || logits.dim(1) != vocab)
-    throw RuntimeError("the stepper returned logits " + to_string(logits.shape()) + " " +
-                       to_string(logits.dtype()) + ", expected [" + std::to_string(rows) + ", " +
-                       std::to_string(vocab) + "] f32");
+  return decoding::tokens_to_reserve(longest);
 }
 
 class BeamSearch {
@@ -79,7 +70,7 @@ class BeamSearch {
         plans_(decoding::plan_records(stepper, options)),
         end_tokens_(decoding::resolve_end_tokens(stepper, options)),
         processor_(options, end_tokens_, vocab_),
-        reserve_(tokens_to_reserve(plans_)) {}
+        reserve_(reserve_per_beam(plans_)) {}
 
   std::vector<DecodeResult> run() {
     start();
@@ -159,7 +150,7 @@ class BeamSearch {
 
   void decode_step() {
     stepper_.logits(logits_);
-    check_logits(logits_, beam_count_, vocab_);
+    decoding::check_step_logits(logits_, beam_count_, vocab_);
     next_count_ = 0;
     origins_.clear();
     next_tokens_.clear();

@@ -62,7 +62,7 @@ inline transformer::TransformerSpec llama_family_spec(const JsonConfig& config,
          std::to_string(kv_heads) + " kv heads do not divide " + std::to_string(heads) +
              " attention heads");
   if (head_dim % 2 != 0) fail(config, "head_dim", "RoPE needs an even head_dim");
-  const auto eps = static_cast<float>(config.get_number("rms_norm_eps", 1e-6));
+  const float eps = positive_number(config, "rms_norm_eps", 1e-6);
   const double theta = config.get_number("rope_theta", 10000.0);
   if (!(theta > 0.0)) fail(config, "rope_theta", "must be positive");
   check_rope_scaling(config);

@@ -24,7 +24,7 @@ TransformerSpec read_spec(const JsonConfig& config, const SafeTensors& weights) 
   if (c % heads != 0)
     models::fail(config, "n_head",
                  std::to_string(heads) + " heads do not divide n_embd " + std::to_string(c));
-  const auto eps = static_cast<float>(config.get_number("layer_norm_epsilon", 1e-5));
+  const float eps = models::positive_number(config, "layer_norm_epsilon", 1e-5);
   const Activation act = models::activation(config, "activation_function", "gelu_new");
   // 1/sqrt(head_dim) (scale_attn_weights), and 1/(layer+1) on top when
   // scale_attn_by_inverse_layer_idx, as HF GPT2Attention does.
