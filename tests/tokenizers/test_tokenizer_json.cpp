@@ -198,6 +198,12 @@ TEST_CASE("tokenizer-json: broken files are configuration errors naming file and
     CHECK_THAT(err, Catch::Contains("invalid JSON at byte"));
     CHECK_THAT(err, Catch::Contains("$.model"));
   }
+  SECTION("the JSON path of an error inside nested arrays") {
+    std::string text = small_bpe().dump();
+    const std::string added = R"("added_tokens":[])";
+    text.replace(text.find(added), added.size(), R"("added_tokens":[1,[2,[3,x]]])");
+    CHECK_THAT(error_for_file("nested", text), Catch::Contains("(in $.added_tokens[1][1][1])"));
+  }
   SECTION("not an object") {
     CHECK_THAT(error_for_file("array", "[1, 2]"), Catch::Contains("$: expected a JSON object"));
   }
@@ -248,6 +254,26 @@ TEST_CASE("tokenizer-json: broken files are configuration errors naming file and
     m["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", "!!!"}};
     CHECK_THAT(error_for_file("charsmap", m.dump()),
                Catch::Contains("$.normalizer.precompiled_charsmap: not base64"));
+  }
+  SECTION("a Metaspace replacement that is not one character") {
+    for (const char* replacement : {"", "ab"}) {
+      auto j = small_bpe();
+      j["pre_tokenizer"] = {{"type", "Metaspace"},
+                            {"replacement", replacement},
+                            {"prepend_scheme", "always"},
+                            {"split", true}};
+      CHECK_THAT(error_for_file("metaspace", j.dump()),
+                 Catch::Contains("$.pre_tokenizer.replacement: expected a single character"));
+    }
+  }
+  SECTION("a special token the post-processor adds outside the vocabulary") {
+    auto j = small_bpe();
+    j["post_processor"] = nlohmann::json::parse(R"({"type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [999], "tokens": ["<s>"]}}})");
+    CHECK_THAT(error_for_file("special-id", j.dump()),
+               Catch::Contains("$.post_processor: special token id 999 is outside the vocabulary"));
   }
   SECTION("the small file itself loads and merges") {
     const auto dir = scratch_dir("tokenizer-json-small");

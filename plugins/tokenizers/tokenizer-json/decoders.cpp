@@ -33,14 +33,6 @@ std::string string_of(const std::vector<char32_t>& chars, std::size_t b, std::si
   return out;
 }
 
-// A single character of a JSON string field.
-char32_t one_char(const Node& node) {
-  const std::string s = node.str();
-  const std::vector<char32_t> c = chars_of(s);
-  if (c.size() != 1) node.fail("expected a single character");
-  return c[0];
-}
-
 class ByteLevel final : public Decoder {
  public:
   void decode_chain(std::vector<std::string>& tokens) const override {
@@ -59,7 +51,7 @@ class Metaspace final : public Decoder {
  public:
   explicit Metaspace(const Node& node) {
     const Node r = node.get("replacement");
-    replacement_ = r.is_null() ? U'\u2581' : one_char(r);
+    replacement_ = r.is_null() ? U'\u2581' : r.one_char();
     const Node scheme = node.get("prepend_scheme");
     if (!scheme.is_null())
       strip_first_ = scheme.str() != "never";
@@ -136,7 +128,7 @@ class Fuse final : public Decoder {
 class Strip final : public Decoder {
  public:
   explicit Strip(const Node& node)
-      : content_(one_char(node.at("content"))),
+      : content_(node.at("content").one_char()),
         start_(static_cast<std::size_t>(std::max<std::int64_t>(0, node.integer("start", 0)))),
         stop_(static_cast<std::size_t>(std::max<std::int64_t>(0, node.integer("stop", 0)))) {}
   void decode_chain(std::vector<std::string>& tokens) const override {

@@ -4,6 +4,7 @@
 
 #include "masque/error.hpp"
 #include "token_files.hpp"
+#include "utf8.hpp"
 
 namespace masque::hfjson {
 
@@ -26,7 +27,7 @@ class PathTracker : public nlohmann::json_sax<json> {
     std::string p = "$";
     for (const Level& l : stack_) {
       if (l.array)
-        p += "[" + std::to_string(l.index) + "]";
+        p += "[" + std::to_string(l.done) + "]";  // the element being read
       else if (!l.key.empty() || l.has_key)
         p += "." + (l.key.size() > 64 ? l.key.substr(0, 64) + "..." : l.key);
     }
@@ -42,7 +43,7 @@ class PathTracker : public nlohmann::json_sax<json> {
   bool string(string_t&) override { return value(); }
   bool binary(binary_t&) override { return value(); }
   bool start_object(std::size_t) override {
-    stack_.push_back({false, 0, "", false, false});
+    stack_.push_back({false, 0, "", false});
     return true;
   }
   bool key(string_t& k) override {
@@ -52,7 +53,7 @@ class PathTracker : public nlohmann::json_sax<json> {
   }
   bool end_object() override { return end(); }
   bool start_array(std::size_t) override {
-    stack_.push_back({true, 0, "", false, false});
+    stack_.push_back({true, 0, "", false});
     return true;
   }
   bool end_array() override { return end(); }
@@ -64,16 +65,13 @@ class PathTracker : public nlohmann::json_sax<json> {
  private:
   struct Level {
     bool array;
-    std::size_t index;
+    std::size_t done;  // elements of an array read whole
     std::string key;
     bool has_key;
-    bool started;
   };
+  // A value (a scalar, or a container at its end) was read whole.
   bool value() {
-    if (!stack_.empty() && stack_.back().array) {
-      if (stack_.back().started) ++stack_.back().index;
-      stack_.back().started = true;
-    }
+    if (!stack_.empty() && stack_.back().array) ++stack_.back().done;
     return true;
   }
   bool end() {
@@ -126,6 +124,15 @@ std::size_t Node::size() const {
 std::string Node::str() const {
   if (!value_->is_string()) fail("expected a string, got " + kind_of(*value_));
   return value_->get<std::string>();
+}
+
+char32_t Node::one_char() const {
+  const std::string s = str();
+  char32_t cp = 0;
+  const int length = s.empty() ? 0 : tok::decode_utf8(s, 0, cp);
+  if (length == 0 || static_cast<std::size_t>(length) != s.size())
+    fail("expected a single character, got \"" + s + "\"");
+  return cp;
 }
 
 std::string Node::str(const char* key, const std::string& fallback) const {

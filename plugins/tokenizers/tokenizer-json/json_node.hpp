@@ -37,6 +37,9 @@ class Node {
   std::size_t size() const;  // of an array (an error for anything else)
 
   std::string str() const;  // this value as a string (an error for anything else)
+  // This value as a string of exactly one character, which is returned (Metaspace's
+  // replacement, Strip's content); anything else is an error.
+  char32_t one_char() const;
   std::string str(const char* key) const { return at(key).str(); }
   std::string str(const char* key, const std::string& fallback) const;
   bool boolean(const char* key, bool fallback) const;

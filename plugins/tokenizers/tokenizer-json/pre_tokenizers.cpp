@@ -227,7 +227,12 @@ class ByteLevel final : public PreTokenizer {
 
 class Metaspace final : public PreTokenizer {
  public:
-  explicit Metaspace(const Node& node) : replacement_(node.str("replacement", "\xE2\x96\x81")) {
+  explicit Metaspace(const Node& node) {
+    const Node replacement = node.get("replacement");
+    if (replacement.is_null())
+      replacement_ = "\xE2\x96\x81";
+    else
+      masque::tok::append_utf8(replacement_, replacement.one_char());
     split_ = node.boolean("split", true);
     const Node scheme = node.get("prepend_scheme");
     if (!scheme.is_null()) {

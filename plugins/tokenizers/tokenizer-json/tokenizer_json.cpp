@@ -80,6 +80,7 @@ class TokenizerJson final : public masque::Tokenizer {
     decoder_ = make_decoder(root.get("decoder"));
     build_pieces();
     read_special_tokens();
+    check_post_processor_ids();
   }
 
   Encoding encode(std::string_view text, bool add_special) const override {
@@ -205,6 +206,21 @@ class TokenizerJson final : public masque::Tokenizer {
     pieces_.resize(static_cast<std::size_t>(size));
     for (TokenId id = 0; id < model_->size(); ++id) pieces_[id] = model_->piece(id);
     for (const AddedToken& a : added_->tokens()) pieces_[a.id] = a.content;
+  }
+
+  // The special tokens the post-processor adds (to one text and to a pair) must be in the
+  // vocabulary: an id past it would reach the model as an out-of-range input.
+  void check_post_processor_ids() const {
+    if (!post_processor_) return;
+    Encoding single, first, second;
+    post_processor_->process(single, nullptr, true);
+    if (!post_processor_->process(first, &second, true)) join_pair(first, second);
+    for (const Encoding* e : {&single, &first})
+      for (TokenId id : e->ids)
+        if (id < 0 || id >= vocab_size())
+          throw masque::ConfigError(file_ + ": $.post_processor: special token id " +
+                                    std::to_string(id) + " is outside the vocabulary (" +
+                                    std::to_string(vocab_size()) + " tokens)");
   }
 
   // Which ids are BOS, EOS, ...: tokenizer_config.json next to tokenizer.json names them
