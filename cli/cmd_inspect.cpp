@@ -155,21 +155,42 @@ json special_tokens_json(const ModelInfo& info, const Tokenizer* tokenizer) {
   return j;
 }
 
-json tasks_json(ModelKind kind) {
+// The tasks `masque run --task T --model DIR` can run: each one's pipeline is built from the
+// folder, its other plugins created, the loaded model lent and the task configured, as `run`
+// does. What fails is listed in `unavailable` with the reason.
+json tasks_json(const fs::path& dir, const fs::path& tokenizer_dir, std::unique_ptr<Plugin>& model,
+                Registry& registry, json& unavailable) {
   json tasks = json::array();
+  unavailable = json::object();
   for (const TaskSpec& t : task_specs()) {
     const auto& r = t.required_sections;
     if (std::find(r.begin(), r.end(), "model") == r.end()) continue;
-    if (!t.model_kinds.empty() &&
-        std::find(t.model_kinds.begin(), t.model_kinds.end(), kind) == t.model_kinds.end())
-      continue;
-    tasks.push_back(t.name);
+    Plugins plugins;
+    try {
+      const FolderRequest request{
+          .task = t.name,
+          .model_dir = dir,
+          .tokenizer_dir = tokenizer_dir != dir ? tokenizer_dir : fs::path()};
+      const std::string yaml = folder_pipeline_yaml(request, registry, task_specs());
+      Pipeline pipeline = load_pipeline({yaml, "--model " + dir.string(), fs::current_path()}, {},
+                                        registry, task_specs());
+      // The model is loaded once, above: create the other plugins without it.
+      auto section = pipeline.plugins.extract("model");
+      plugins = create_plugins(pipeline, registry);
+      pipeline.plugins.insert(std::move(section));
+      plugins.model.reset(static_cast<Model*>(model.release()));
+      create_task(pipeline, plugins);
+      tasks.push_back(t.name);
+    } catch (const std::exception& e) {
+      unavailable[t.name] = e.what();
+    }
+    if (plugins.model) model.reset(plugins.model.release());
   }
   return tasks;
 }
 
 json inspect(const fs::path& dir, const fs::path& tokenizer_dir, const std::string& matmul_dtype,
-             const Registry& registry) {
+             Registry& registry) {
   const FolderArchitecture architecture = read_architecture(dir);
   const PluginEntry& plugin = model_plugin_for(dir, registry);
   json j;
@@ -203,7 +224,9 @@ json inspect(const fs::path& dir, const fs::path& tokenizer_dir, const std::stri
   j["max_positions"] = info.max_positions;
   j["special_tokens"] = special_tokens_json(info, tokenizer.get());
   j["tokenizer"] = tokenizer_info;
-  j["tasks"] = tasks_json(info.kind);
+  json unavailable;
+  j["tasks"] = tasks_json(dir, tokenizer_dir, created, registry, unavailable);
+  if (!unavailable.empty()) j["unavailable_tasks"] = unavailable;
   const json matmuls =
       matmuls_json(static_cast<Model&>(*created), matmul_dtype.empty() ? "f32" : matmul_dtype);
   if (!matmuls.is_null()) j["matmuls"] = matmuls;
@@ -258,7 +281,13 @@ void print_text(const json& j) {
                     ? (", target " + t["target_files"].get<std::string>()).c_str()
                     : "",
                 t["vocab_size"].get<int>());
-  std::printf("tasks           %s\n", join(j["tasks"]).c_str());
+  std::printf("tasks           %s\n", j["tasks"].empty() ? "(none)" : join(j["tasks"]).c_str());
+  if (j.contains("unavailable_tasks"))
+    for (const auto& [task, reason] : j["unavailable_tasks"].items())
+      std::printf(
+          "%s%s: %s\n",
+          task == j["unavailable_tasks"].begin().key() ? "not runnable    " : "                ",
+          task.c_str(), reason.get<std::string>().c_str());
   if (j.contains("matmuls"))
     std::printf("matmuls         %s\n", j["matmuls"]["summary"].get<std::string>().c_str());
 }

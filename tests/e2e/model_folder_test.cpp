@@ -198,6 +198,18 @@ TEST_CASE("inspect: stories260k", "[e2e][inspect]") {
   CHECK(std::count(tasks.begin(), tasks.end(), "lm-score") == 1);
   CHECK(std::count(tasks.begin(), tasks.end(), "lm-generate") == 1);
   CHECK(std::count(tasks.begin(), tasks.end(), "plm-score") == 0);
+  // Listed means `run --task T --model DIR` configures; the rest say why not.
+  for (const char* task : {"classify", "fill"}) {
+    CHECK(std::count(tasks.begin(), tasks.end(), task) == 0);
+    CHECK(j["unavailable_tasks"].contains(task));
+  }
+  CHECK_THAT(j["unavailable_tasks"]["fill"].get<std::string>(), Catch::Contains("[MASK]"));
+  for (const auto& task : tasks) {
+    const auto run =
+        run_masque({"run", "--task", task, "--model", model("stories260k"), "-q"}, "Once upon\n");
+    INFO(task << ": " << run.err);
+    CHECK(run.exit_code != 2);
+  }
   const auto text = run_masque({"inspect", model("stories260k")});
   REQUIRE(text.exit_code == 0);
   CHECK_THAT(text.out, Catch::Contains("plugin          llama (decoder-only)") &&
@@ -232,6 +244,12 @@ TEST_CASE("inspect: the BERT and encoder-decoder folders", "[e2e][inspect]") {
   const auto et = e["tasks"].get<std::vector<std::string>>();
   CHECK(std::count(et.begin(), et.end(), "seq2seq") == 1);
   CHECK(std::count(et.begin(), et.end(), "plm-score") == 0);
+  CHECK(std::count(et.begin(), et.end(), "lm-score") == 0);
+  // lm-score refuses an encoder-decoder before any record, as lm-generate does.
+  const auto score =
+      run_masque({"run", "--task", "lm-score", "--model", model("aren-transliteration")}, "a b\n");
+  CHECK(score.exit_code == 2);
+  CHECK_THAT(score.err, Catch::Contains("encoder-decoder"));
 }
 
 TEST_CASE("inspect: a bad folder is a clear error", "[e2e][inspect]") {

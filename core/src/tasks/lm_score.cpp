@@ -212,7 +212,8 @@ const TaskRegistration registration({
                              "text's tokens are scored, given the prompt"}},
          .required_sections = {"model", "mask"},
          .optional_sections = {"tokenizer"},
-         .default_plugins = {{"mask", "causal"}}},
+         .default_plugins = {{"mask", "causal"}},
+         .model_kinds = {ModelKind::decoder_only, ModelKind::encoder_only}},
     .create = create,
 });
 
