@@ -86,6 +86,25 @@ std::string identity_difference(const json& old, const json& identity) {
   return "";
 }
 
+// ConfigError unless every rank reads the same input with the same pipeline and options:
+// `identities` are the ranks' run_identity() and host, gathered on rank 0. A file's path and
+// time may differ between hosts (copies), its size may not.
+void check_same_run(const std::vector<std::string>& identities) {
+  const json first = json::parse(identities.at(0));
+  for (std::size_t r = 1; r < identities.size(); ++r) {
+    const json other = json::parse(identities[r]);
+    for (const auto& [key, value] : first["run"].items()) {
+      if (key == "input" || key == "input_mtime_ns" || other["run"].value(key, json()) == value)
+        continue;
+      throw ConfigError("rank " + std::to_string(r) + " on " + other["host"].get<std::string>() +
+                        " runs with another " + key + " than rank 0 on " +
+                        first["host"].get<std::string>() +
+                        " (every rank must read the same input file, of the same size, with the "
+                        "same pipeline and options)");
+    }
+  }
+}
+
 // Rank 0's plan, sent to every rank: the shard count and the shards already done, or an error.
 json make_plan(const PartsDir& parts, const json& identity, bool resume, int ranks) {
   json plan{{"shards", ranks}, {"done", json::array()}, {"note", ""}};
@@ -232,13 +251,16 @@ int sharded(const Job& job) {
   ::close(fd);
   const PartsDir parts(out);
 
-  // Rank 0 decides which shards are to run; every rank learns it.
+  // Rank 0 checks that every rank runs the same job, then decides which shards are to run;
+  // every rank learns it.
+  const json identity = run_identity(job.pipeline, job.vm, in);
+  const std::vector<std::string> identities =
+      comm.gather(json{{"run", identity}, {"host", comm.host()}}.dump(), 0);
   std::string plan_text;
   if (comm.rank() == 0) {
     try {
-      plan_text = make_plan(parts, run_identity(job.pipeline, job.vm, in),
-                            job.vm["resume"].as<bool>(), comm.size())
-                      .dump();
+      check_same_run(identities);
+      plan_text = make_plan(parts, identity, job.vm["resume"].as<bool>(), comm.size()).dump();
     } catch (const std::exception& e) {
       plan_text = json{{"error", e.what()}}.dump();
     }

@@ -57,6 +57,17 @@ Exit codes: 0 ok; 1 some records failed (each has an error record in its place);
 128+N interrupted by signal N (only complete records were written).
 )";
 
+// Under mpirun each rank prints its own errors: say which rank (and host) it is.
+void print_error(const char* message) {
+  std::string where;
+  try {
+    if (masque::dist::launched_by_mpi()) where = masque::dist::world().where();
+  } catch (...) {  // MPI could not start: the message still goes out
+  }
+  std::fprintf(stderr, "masque: %s%serror: %s\n", where.c_str(), where.empty() ? "" : ": ",
+               message);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -93,13 +104,13 @@ int main(int argc, char** argv) {
                  command.c_str());
     return kExitUsage;
   } catch (const ConfigError& e) {
-    std::fprintf(stderr, "masque: error: %s\n", e.what());
+    print_error(e.what());
     return kExitUsage;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "masque: error: %s\n", e.what());
+    print_error(e.what());
     return kExitRuntime;
   } catch (...) {  // a plugin may throw anything; still a message and an exit code, not an abort
-    std::fprintf(stderr, "masque: error: an exception that is not a std::exception\n");
+    print_error("an exception that is not a std::exception");
     return kExitRuntime;
   }
 }

@@ -321,6 +321,38 @@ TEST_CASE("mpi: --shard and sharded runs reject what they cannot do", "[mpi]") {
   CHECK(o.err.find("needs -o FILE") != std::string::npos);
 }
 
+TEST_CASE("mpi: ranks that read different inputs or pipelines stop the run, naming the rank",
+          "[mpi]") {
+  const fs::path dir = scratch_dir("mpi_mismatch");
+  const std::string pipeline = (source_dir() / "pipelines/lm-score.yaml").string();
+  const std::string text = corpus(kStoryWords, 40, 8, 7, false);
+  write_file(dir / "in.txt", text);
+  write_file(dir / "short.txt", text.substr(0, text.size() / 2));
+  const std::string out = (dir / "out.jsonl").string();
+  // Rank 0 reads in.txt; rank 1 (a second app context of the same job) what it is given.
+  auto job = [&](const std::string& input, const std::vector<std::string>& extra) {
+    std::vector<std::string> args =
+        concat(mpirun(1), {"run", pipeline, "-q", "-i", (dir / "in.txt").string(), "-o", out});
+    args = concat(args, {":", "-n", "1", binary().string(), "run", pipeline, "-q", "-i",
+                         (dir / input).string(), "-o", out});
+    return run(concat(args, extra), dir);
+  };
+  Outcome o = job("short.txt", {});
+  INFO(o.err);
+  CHECK(o.exit_code == 2);
+  CHECK(o.err.find("rank 1 on") != std::string::npos);
+  CHECK(o.err.find("input_bytes") != std::string::npos);
+  CHECK_FALSE(fs::exists(out));
+  o = job("in.txt", {"--set", "task.token_logprobs=true"});
+  INFO(o.err);
+  CHECK(o.exit_code == 2);
+  CHECK(o.err.find("another pipeline") != std::string::npos);
+  o = job("in.txt", {});
+  INFO(o.err);
+  CHECK(o.exit_code == 0);
+  CHECK(parse_jsonl(read_file(out)).size() == 40);
+}
+
 namespace {
 
 std::vector<json> probe(const std::vector<std::string>& launcher, const fs::path& dir) {
