@@ -24,11 +24,11 @@ config.json, model.safetensors, tokenizer files; plus the trainer's state), `las
 links, metrics.jsonl (one JSON object per step and per validation) and pipeline.yaml.
 
 Examples:
-  masque train pipelines/train-seq2seq.yaml
+  scripts/g2p-data.sh && masque train pipelines/train-g2p-unilm.yaml --threads 2
+  masque train pipelines/train-g2p-unilm.yaml --resume ../data/g2p/runs/unilm   # after Ctrl-C
+  masque run pipelines/g2p.yaml < words.txt           # runs ../data/g2p/runs/unilm/best
   masque train pipelines/train-causal-lm.yaml --set task.steps=200 --set task.lr=3e-4 --threads 2
-  masque train pipelines/train-seq2seq.yaml --resume runs/seq2seq       # after Ctrl-C
-  masque run pipelines/seq2seq-unilm.yaml --set model.path=runs/seq2seq/best
-  mpirun -n 4 masque train pipelines/train-seq2seq.yaml     # data-parallel (docs/scale-out.md)
+  mpirun -n 2 masque train pipelines/train-g2p-unilm.yaml   # data-parallel (docs/scale-out.md)
 
 Under mpirun (or srun) the ranks train data-parallel: each micro-batch is cut into
 ranks x --threads parts, each rank trains its own, and the gradients are summed over the ranks in

@@ -419,6 +419,17 @@ TEST_CASE("train: objective classify refuses unknown labels and models without a
   CHECK(r.err.find("unknown label 'maybe'") != std::string::npos);
   INFO(r.err);
 
+  // A label index written as text (a TSV column) is the label at that index, as a JSON number.
+  write_file(dir / "index.tsv", "text\tlabel\nthe cat\t0\nthe dog\t2\nthe bird\t7\n");
+  write_file(dir / "index.yaml", yaml(fixture("bert-cls"), ""));
+  r = run_masque({"train", (dir / "index.yaml").string(), "--set",
+                  "task.train_file=" + (dir / "index.tsv").string(), "--set",
+                  "task.output=" + (dir / "index_run").string()});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("2 usable records of 3") != std::string::npos);
+  CHECK(r.err.find("unknown label '7'") != std::string::npos);
+
   // An MLM folder: its head is the vocabulary, not labels.
   std::filesystem::create_directories(dir / "mlm");
   json config = json::parse(read_file(fixture("bert-cls/config.json")));

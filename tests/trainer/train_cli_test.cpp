@@ -336,3 +336,154 @@ TEST_CASE("train: configuration mistakes are exit 2 with a message naming the ke
   CHECK(listing.exit_code == 0);
   CHECK_THAT(listing.out, Contains("max_bad_records"));
 }
+
+TEST_CASE("train: a resumed run keeps saving after the checkpoint it resumed from is pruned",
+          "[train][cli]") {
+  const fs::path dir = scratch_dir("train_cli_prune");
+  write_pairs(dir / "train.tsv", 24);
+  const std::string extra = "  steps: 10\n  save_every: 2\n  keep_last: 2\n";
+  const fs::path whole_pipeline = unilm_pipeline(dir, dir / "whole", extra);
+  REQUIRE(run_masque({"train", whole_pipeline.string(), "-q"}).exit_code == 0);
+
+  // A time budget far below one step stops the run after its first step, with a checkpoint.
+  const fs::path pipeline = unilm_pipeline(dir, dir / "cut", extra);
+  const RunResult first =
+      run_masque({"train", pipeline.string(), "-q", "--set", "task.max_minutes=1e-9"});
+  INFO(first.err);
+  REQUIRE(first.exit_code == 0);
+  REQUIRE(fs::exists(dir / "cut/checkpoint-000001"));
+  // The resumed run saves 2, 4 (pruning 1), 6, 8, 10: each save still has config.json.
+  const RunResult resumed =
+      run_masque({"train", pipeline.string(), "-q", "--resume", (dir / "cut").string()});
+  INFO(resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK_FALSE(fs::exists(dir / "cut/checkpoint-000001"));
+  CHECK(losses(dir / "cut/metrics.jsonl") == losses(dir / "whole/metrics.jsonl"));
+  CHECK(read_file(dir / "cut/last/config.json") == read_file(dir / "whole/last/config.json"));
+  // The run's pipeline.yaml names the model folder of the pipeline, not a pruned checkpoint.
+  CHECK_THAT(read_file(dir / "cut/pipeline.yaml"), Contains("models/tiny-bert-chinese"));
+  CHECK_THAT(read_file(dir / "cut/pipeline.yaml"), !Contains("checkpoint-000001"));
+}
+
+TEST_CASE("train: --resume refuses a run whose data order changed", "[train][cli][errors]") {
+  const fs::path dir = scratch_dir("train_cli_resume_changed");
+  write_pairs(dir / "train.tsv", 8);
+  const fs::path pipeline = unilm_pipeline(dir, dir / "run", "  steps: 2\n");
+  REQUIRE(run_masque({"train", pipeline.string(), "-q"}).exit_code == 0);
+  for (const std::string set :
+       {"task.seed=7", "task.batch_size=8", "task.shuffle=true", "task.accumulation=2"}) {
+    const RunResult r = run_masque(
+        {"train", pipeline.string(), "-q", "--resume", (dir / "run").string(), "--set", set});
+    INFO(set << ": " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains(set.substr(0, set.find('='))));
+  }
+  CHECK(run_masque({"train", pipeline.string(), "-q", "--resume", (dir / "run").string()})
+            .exit_code == 0);
+}
+
+TEST_CASE("train: an objective under a mask that shows what it predicts is refused before training",
+          "[train][cli][errors]") {
+  const fs::path dir = scratch_dir("train_cli_mask_mismatch");
+  write_pairs(dir / "train.tsv", 8);
+  const fs::path pipeline = unilm_pipeline(dir, dir / "run", "  steps: 2\n");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"mask.plugin=bidirectional"}, "would learn to copy"},
+      {{"task.objective=causal-lm", "mask.plugin=bidirectional"}, "would learn to copy"},
+      {{"task.objective=plm"}, "objective plm"},
+  };
+  for (const auto& [sets, message] : cases) {
+    std::vector<std::string> args{"train", pipeline.string(), "-q"};
+    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+    const RunResult r = run_masque(args);
+    INFO(sets.back() << ": " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains(message));
+    CHECK_FALSE(fs::exists(dir / "run/last"));
+  }
+  // The masks the objectives are made for still train.
+  CHECK(run_masque({"train", pipeline.string(), "-q", "--set", "mask.plugin=causal"}).exit_code ==
+        0);
+}
+
+TEST_CASE("train: mlm steps that mask no token make no update and are counted, blank texts skip",
+          "[train][cli]") {
+  const fs::path dir = scratch_dir("train_cli_mlm_empty");
+  {
+    std::ofstream out(dir / "train.txt", std::ios::binary);
+    for (int i = 0; i < 12; ++i) out << chars(1 + i % 2, i) << "\n";
+    out << "\n";  // line 13: nothing to predict
+  }
+  const fs::path pipeline = unilm_pipeline(dir, dir / "run", "  steps: 24\n");
+  const RunResult r =
+      run_masque({"train", pipeline.string(), "--set", "task.objective=mlm", "--set",
+                  "mask.plugin=bidirectional", "--set",
+                  "task.train_file=" + (dir / "train.txt").string(), "--set", "task.batch_size=1"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Contains("train.txt:13: skipped: empty text"));
+  std::int64_t empty = 0, steps = 0;
+  for (const auto& j : read_jsonl(dir / "run/metrics.jsonl"))
+    if (j.contains("loss")) ++steps, empty += j["tokens"].get<std::int64_t>() == 0;
+  CHECK(steps == 24);
+  REQUIRE(empty > 0);  // 1-2 tokens at p = 0.15: most steps choose none
+  CHECK_THAT(r.err, Contains(std::to_string(empty) + " of 24 steps had no token to predict"));
+}
+
+TEST_CASE("train: with a token budget and shuffling, one epoch trains every record once",
+          "[train][cli]") {
+  const fs::path dir = scratch_dir("train_cli_budget_epoch");
+  std::int64_t targets = 0;  // predicted tokens of one epoch: each target and its [SEP]
+  {
+    std::ofstream out(dir / "train.tsv", std::ios::binary);
+    out << "source\ttarget\n";
+    for (int i = 0; i < 20; ++i) {
+      const int n = i < 10 ? 1 : 12;
+      out << chars(n, i) << '\t' << chars(n, i + 3) << '\n';
+      targets += n + 1;
+    }
+  }
+  const fs::path pipeline = unilm_pipeline(dir, dir / "run");
+  const RunResult r =
+      run_masque({"train", pipeline.string(), "-q", "--set", "task.max_tokens=70", "--set",
+                  "task.batch_size=100", "--set", "task.shuffle=true", "--set", "task.epochs=1"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  std::int64_t predicted = 0;
+  for (const auto& j : read_jsonl(dir / "run/metrics.jsonl"))
+    if (j.contains("loss")) predicted += j["tokens"].get<std::int64_t>();
+  CHECK(predicted == targets);
+}
+
+TEST_CASE("train: empty sources are skipped, a byte order mark is not part of a column name",
+          "[train][cli][errors]") {
+  const fs::path dir = scratch_dir("train_cli_empty_source");
+  write_file(dir / "train.tsv",
+             "\xEF\xBB\xBFsource\ttarget\n北 京\t京 北\n\t北\n   \t京\n你 好\t好 你\n");
+  const fs::path pipeline = unilm_pipeline(dir, dir / "run", "  steps: 2\n");
+  const RunResult r = run_masque({"train", pipeline.string()});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Contains("2 usable records of 4"));
+  CHECK_THAT(r.err, Contains("train.tsv:3: skipped: empty source"));
+  CHECK_THAT(r.err, Contains("train.tsv:4: skipped: empty source"));
+}
+
+TEST_CASE("train: a bad run folder, training file or AdamW beta fails before training",
+          "[train][cli][errors]") {
+  const fs::path dir = scratch_dir("train_cli_early_errors");
+  write_pairs(dir / "train.tsv", 8);
+  write_file(dir / "a_file", "x");
+  const fs::path pipeline = unilm_pipeline(dir, dir / "run", "  steps: 2\n");
+  const RunResult file_output =
+      run_masque({"train", pipeline.string(), "--set", "task.output=" + (dir / "a_file").string()});
+  CHECK(file_output.exit_code == 2);
+  CHECK_THAT(file_output.err, Contains("task.output"));
+  const RunResult folder_data =
+      run_masque({"train", pipeline.string(), "--set", "task.train_file=" + dir.string()});
+  CHECK(folder_data.exit_code == 2);
+  CHECK_THAT(folder_data.err, Contains(dir.string() + ": is a folder"));
+  const RunResult beta = run_masque({"train", pipeline.string(), "--set", "task.adam_beta2=1"});
+  CHECK(beta.exit_code == 2);
+  CHECK_THAT(beta.err, Contains("task.adam_beta2"));
+}

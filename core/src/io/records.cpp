@@ -169,6 +169,8 @@ bool RecordReader::next(Record& record) {
         throw ConfigError("the TSV header line is " + std::to_string(raw) +
                           " bytes, longer than the limit of " +
                           std::to_string(options_.max_record_bytes) + " (task.max_record_bytes)");
+      // A byte order mark (spreadsheet exports) is not part of the first column's name.
+      if (line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);
       std::size_t start = 0;
       while (true) {
         auto tab = line.find('\t', start);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -62,6 +63,8 @@ std::vector<Example> load_examples(const std::string& file, const InputOptions& 
                                    const PrepareExample& prepare, SkipLog& skips) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(std::fopen(file.c_str(), "rb"), std::fclose);
   if (!in) throw ConfigError(file + ": cannot open the training data: " + std::strerror(errno));
+  if (std::filesystem::is_directory(file))
+    throw ConfigError(file + ": is a folder, not a file of training records");
   // Record ids count records; a TSV read with its header has one line more before them.
   const std::uint64_t first_line =
       input.format == InputFormat::tsv && input.columns.empty() ? 2 : 1;

@@ -65,10 +65,21 @@ std::int32_t label_index(const Record& record, const ObjectiveOptions& o) {
     throw RecordError("field '" + o.label_field + "' must be a label name or index");
   const auto& name = it->get_ref<const std::string&>();
   const auto found = std::find(o.labels.begin(), o.labels.end(), name);
+  // An index written as text (a TSV column) when no label has that name.
+  std::int32_t index = -1;
+  if (found == o.labels.end() && !name.empty() && name.size() < 10 &&
+      std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+      (index = std::stoi(name)) < static_cast<std::int32_t>(o.labels.size()))
+    return index;
   if (found == o.labels.end())
     throw RecordError("unknown label '" + name + "' (config.json's id2label has " +
                       std::to_string(o.labels.size()) + " labels)");
   return static_cast<std::int32_t>(found - o.labels.begin());
+}
+
+// Whether `ids` hold a token that is not one of the tokenizer's specials.
+bool has_content(const std::vector<TokenId>& ids, const Tokenizer& tokenizer) {
+  return std::any_of(ids.begin(), ids.end(), [&](TokenId t) { return !tokenizer.is_special(t); });
 }
 
 // What a strategy needs to know of a sequence with no segments and no order of its own.
@@ -77,6 +88,33 @@ MaskRequest sequence_request(std::size_t length, std::uint64_t record) {
   r.length = static_cast<std::int32_t>(length);
   r.record_id = record;
   return r;
+}
+
+// The probe layout of a short sequence under the objective's mask; a strategy that cannot build
+// it (e.g. the seq2seq mask without segments) does not suit the objective.
+SequenceMask probe(const MaskStrategy& mask, const MaskRequest& request, const char* objective) {
+  try {
+    return mask.build(request);
+  } catch (const std::exception& e) {
+    throw ConfigError(std::string("objective ") + objective +
+                      ": the mask strategy cannot lay out its records: " + e.what());
+  }
+}
+
+// Rows from `first` on predict the next token: under a mask that lets such a row see a later
+// token the model learns to copy it, so refuse it before training.
+void check_no_lookahead(const MaskStrategy& mask, const MaskRequest& request, std::size_t first,
+                        const char* objective, const char* masks) {
+  const SequenceMask m = probe(mask, request, objective);
+  const auto n = static_cast<std::size_t>(request.length);
+  for (std::size_t p = first; p + 1 < n; ++p)
+    for (std::size_t q = p + 1; q < n; ++q)
+      if (m.allowed(p, q))
+        throw ConfigError(std::string("objective ") + objective + ": under this mask token " +
+                          std::to_string(p) + " sees token " + std::to_string(q) +
+                          ", which is predicted after it, so the model would learn to copy it "
+                          "(mask: " +
+                          masks + ")");
 }
 
 }  // namespace
@@ -94,6 +132,7 @@ Objective::Objective(ObjectiveOptions options, const Tokenizer& source, const To
   pad_ = std::max<TokenId>(model.pad, 0);
   decoder_start_ = model.decoder_start >= 0 ? model.decoder_start : model.bos;
   eos_ = model.eos >= 0 ? model.eos : target_.special_tokens().eos;
+  empty_source_ = source_.encode("", true).ids.size();
   const char* name = to_string(options_.kind);
   if (encoder_decoder(model_)) {
     if (options_.kind != ObjectiveKind::seq2seq)
@@ -107,6 +146,7 @@ Objective::Objective(ObjectiveOptions options, const Tokenizer& source, const To
       throw ConfigError(
           "objective seq2seq: the encoder-decoder has no decoder start or end token "
           "(decoder_start_token_id / eos_token_id in config.json)");
+    check_no_lookahead(*masks_.inputs, sequence_request(4, 0), 0, name, "causal");
     return;
   }
   if (!masks_.inputs)
@@ -131,6 +171,37 @@ Objective::Objective(ObjectiveOptions options, const Tokenizer& source, const To
   if (options_.kind == ObjectiveKind::plm && options_.plm_predict <= 0 &&
       !(options_.plm_fraction > 0 && options_.plm_fraction <= 1))
     throw ConfigError("objective plm: plm_fraction must be in (0, 1] (or set plm_predict)");
+  check_mask();
+}
+
+void Objective::check_mask() const {
+  const char* name = to_string(options_.kind);
+  switch (options_.kind) {
+    case ObjectiveKind::causal_lm:
+      check_no_lookahead(*masks_.inputs, sequence_request(4, 0), 0, name, "causal");
+      break;
+    case ObjectiveKind::seq2seq: {
+      // [CLS] source [SEP] | target [SEP]: rows from the source's last token predict.
+      const std::int32_t segments[] = {0, 0, 1, 1, 1};
+      MaskRequest request = sequence_request(5, 0);
+      request.segments = segments;
+      check_no_lookahead(*masks_.inputs, request, 1, name, "seq2seq or causal");
+      break;
+    }
+    case ObjectiveKind::plm: {
+      MaskRequest request = sequence_request(4, 0);
+      request.query_stream = true;
+      const SequenceMask m = probe(*masks_.inputs, request, name);
+      if (m.query_positions.empty() || m.rank.size() != 4 + m.query_positions.size())
+        throw ConfigError(
+            "objective plm needs a mask strategy with a query stream (mask: {plugin: "
+            "permutation})");
+      break;
+    }
+    case ObjectiveKind::mlm:
+    case ObjectiveKind::classify:
+      break;  // any mask: what is predicted is not an input token seen later
+  }
 }
 
 std::vector<TokenId> Objective::tokens_of(const Record& record, const std::string& field,
@@ -179,8 +250,8 @@ Example Objective::prepare(const Record& record) const {
   e.ids = tokens_of(record, options_.source_field, source_, true);
   std::vector<TokenId> target = tokens_of(record, options_.target_field, target_, false);
   if (target.empty()) throw RecordError("empty target");
+  if (e.ids.size() <= empty_source_) throw RecordError("empty source");
   if (encdec) {
-    if (e.ids.empty()) throw RecordError("empty source");
     e.target = std::move(target);
     check_length(std::max(e.ids.size(), e.target.size() + 1));
     return e;
@@ -196,8 +267,9 @@ Example Objective::prepare(const Record& record) const {
 Example Objective::prepare_text(const Record& record) const {
   Example e;
   e.ids = tokens_of(record, "text", source_, true);
-  const std::size_t minimum = options_.kind == ObjectiveKind::causal_lm ? 2 : 1;
-  if (e.ids.size() < minimum) throw RecordError("empty text: nothing to predict");
+  if (e.ids.size() < (options_.kind == ObjectiveKind::causal_lm ? 2u : 1u) ||
+      (options_.kind == ObjectiveKind::mlm && !has_content(e.ids, source_)))
+    throw RecordError("empty text: nothing to predict");
   check_length(e.ids.size() +
                (options_.kind == ObjectiveKind::plm ? predicted_count(options_, e.ids.size()) : 0));
   if (options_.kind == ObjectiveKind::plm) e.order = order_of(record);

@@ -127,8 +127,12 @@ std::vector<std::pair<fs::path, std::string>> tokenizer_files(const Pipeline& pi
   return files;
 }
 
-void copy_into(const fs::path& file, const fs::path& target) {
-  fs::copy_file(file, target, fs::copy_options::overwrite_existing);
+std::string file_bytes(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::ostringstream bytes;
+  if (!(in && bytes << in.rdbuf()) && fs::file_size(file) > 0)
+    throw ConfigError(file.string() + ": cannot read");
+  return bytes.str();
 }
 
 // ---- what the run prints ------------------------------------------------------------------
@@ -188,12 +192,15 @@ class Session {
   std::unique_ptr<CheckpointStore> store_;
   MetricsLog metrics_;
   std::vector<Example> valid_;
-  std::vector<std::pair<fs::path, std::string>> tokenizer_files_;
+  // Files every checkpoint carries (config.json, generation_config.json, the tokenizers'),
+  // read once: the folder they came from may be a checkpoint the run prunes.
+  std::vector<std::pair<std::string, std::string>> carried_;  // name, bytes
 
   std::int64_t total_ = 0, saved_step_ = -1, validated_step_ = -1, best_step_ = -1;
   double best_loss_ = std::numeric_limits<double>::infinity();
   double seconds_before_ = 0;  // training seconds of the run before a resume
   std::int64_t tokens_seen_ = 0;
+  std::int64_t empty_steps_ = 0;  // steps with no token to predict (no update)
   std::chrono::steady_clock::time_point start_;
 };
 
@@ -207,6 +214,7 @@ void Session::load_model() {
     throw ConfigError("model plugin '" + std::string(d.name) +
                       "' is not trainable by masque train (trainable: bert, gpt2, llama, qwen2, "
                       "encoder-decoder, rnn-seq2seq)");
+  const std::string pipeline_path = model.params.get_string("path");
   if (!options_.resume.empty()) {
     // A checkpoint is a model folder: the spec and the weights come from it.
     model_dir_ = CheckpointStore::resolve_resume(options_.resume);
@@ -229,6 +237,7 @@ void Session::load_model() {
                                     ? static_cast<std::int64_t>(settings_.objective.seed)
                                     : -1);
   plugins_ = create_plugins(pipeline_, registry_);
+  model.params.set("path", pipeline_path);  // what the run's pipeline.yaml records
   info_ = plugins_.model->info();
   const NetworkOptions network_options{.matmul_dtype = settings_.matmul_dtype,
                                        .dropout = dropout_rates()};
@@ -313,12 +322,21 @@ std::vector<Example> Session::load(const fs::path& file, const char* what) const
 
 std::int64_t Session::total_steps(const std::vector<Example>& examples) const {
   if (settings_.steps > 0) return settings_.steps;
-  const auto order = epoch_order(examples.size(), settings_.trainer.seed, 0, false);
-  const auto batches =
-      cut_batches(order, examples, settings_.trainer.batch_size, settings_.trainer.max_tokens);
-  const auto acc = static_cast<std::int64_t>(settings_.trainer.accumulation);
-  const auto per_epoch = (static_cast<std::int64_t>(batches.size()) + acc - 1) / acc;
-  return std::max<std::int64_t>(1, per_epoch * settings_.epochs);
+  const TrainerOptions& t = settings_.trainer;
+  const auto acc = static_cast<std::int64_t>(t.accumulation);
+  auto steps_of_epoch = [&](std::int64_t epoch) {
+    const auto order = epoch_order(examples.size(), t.seed, epoch, t.shuffle);
+    const auto batches =
+        static_cast<std::int64_t>(cut_batches(order, examples, t.batch_size, t.max_tokens).size());
+    return (batches + acc - 1) / acc;
+  };
+  // A token budget cuts each shuffled epoch into its own number of batches.
+  std::int64_t steps = 0;
+  if (t.shuffle && t.max_tokens > 0)
+    for (std::int64_t e = 0; e < settings_.epochs; ++e) steps += steps_of_epoch(e);
+  else
+    steps = steps_of_epoch(0) * settings_.epochs;
+  return std::max<std::int64_t>(1, steps);
 }
 
 nlohmann::json Session::state() const {
@@ -328,6 +346,8 @@ nlohmann::json Session::state() const {
   s["best_step"] = best_step_;
   s["seconds"] = seconds_before_ + seconds_since(start_);
   s["tokens_seen"] = tokens_seen_;
+  s["empty_steps"] = empty_steps_;
+  s["objective"] = to_string(settings_.objective.kind);
   return s;
 }
 
@@ -345,12 +365,17 @@ void Session::restore() {
     throw ConfigError(state_file.string() + ": the checkpoint's run has " +
                       std::to_string(state.value("total_steps", 0)) + " steps, this one " +
                       std::to_string(total_) + " (steps, epochs or batching changed?)");
+  const std::string objective = to_string(settings_.objective.kind);
+  if (state.value("objective", objective) != objective)
+    throw ConfigError(state_file.string() + ": the checkpoint's run has task.objective " +
+                      state.value("objective", "") + ", this one " + objective);
   trainer_->restore(state, checkpoint / "optimizer.bin");
   if (state.contains("best_valid_loss") && state["best_valid_loss"].is_number())
     best_loss_ = state["best_valid_loss"].get<double>();
   best_step_ = state.value("best_step", std::int64_t{-1});
   seconds_before_ = state.value("seconds", 0.0);
   tokens_seen_ = state.value("tokens_seen", std::int64_t{0});
+  empty_steps_ = state.value("empty_steps", std::int64_t{0});
   saved_step_ = validated_step_ = trainer_->steps_done();
   if (leader())
     std::fprintf(stderr, "masque train: resuming from %s at step %lld\n", checkpoint.c_str(),
@@ -361,10 +386,7 @@ void Session::save(std::int64_t step) {
   if (saved_step_ == step || !leader()) return;
   const nlohmann::json s = state();
   store_->save(step, [&](const fs::path& dir) {
-    copy_into(model_dir_ / "config.json", dir / "config.json");
-    if (fs::is_regular_file(model_dir_ / "generation_config.json"))
-      copy_into(model_dir_ / "generation_config.json", dir / "generation_config.json");
-    for (const auto& [file, name] : tokenizer_files_) copy_into(file, dir / name);
+    for (const auto& [name, bytes] : carried_) write_file_atomically(dir / name, bytes);
     params_.save(dir / "model.safetensors");
     trainer_->save_optimizer(dir / "optimizer.bin");
     write_file_atomically(dir / "trainer_state.json", s.dump(2) + "\n");
@@ -406,6 +428,13 @@ void Session::log_step(const StepResult& r, double seconds) {
 }
 
 int Session::run() {
+  if (leader()) {  // before the model and data load: a bad task.output fails at once
+    std::error_code error;
+    fs::create_directories(settings_.output, error);
+    if (error || !fs::is_directory(settings_.output))
+      throw ConfigError("task.output: cannot make the run folder " + settings_.output.string() +
+                        (error ? ": " + error.message() : ": a file is in the way"));
+  }
   load_model();
   const std::vector<Example> train = load(settings_.train_file, "train");
   if (!settings_.valid_file.empty()) valid_ = load(settings_.valid_file, "valid");
@@ -423,12 +452,13 @@ int Session::run() {
   t.communicator = options_.communicator;
   set_thread_count(std::max(1, cores / local_ranks));
   trainer_ = std::make_unique<Trainer>(*network_, params_, *objective_, train, t);
-  tokenizer_files_ = tokenizer_files(pipeline_);
+  for (const char* name : {"config.json", "generation_config.json"})
+    if (fs::is_regular_file(model_dir_ / name))
+      carried_.emplace_back(name, file_bytes(model_dir_ / name));
+  for (const auto& [file, name] : tokenizer_files(pipeline_))
+    carried_.emplace_back(name, file_bytes(file));
   // Rank 0 alone owns the run folder (an error there ends every rank: cmd_train aborts the job).
-  if (leader()) {
-    fs::create_directories(settings_.output);
-    store_ = std::make_unique<CheckpointStore>(settings_.output, settings_.keep_last);
-  }
+  if (leader()) store_ = std::make_unique<CheckpointStore>(settings_.output, settings_.keep_last);
   start_ = std::chrono::steady_clock::now();
   if (!options_.resume.empty())
     restore();
@@ -466,9 +496,11 @@ int Session::run() {
   double tokens_per_s = 0;
   bool out_of_time = false;
   int stop_signal = 0;
+  const std::int64_t first_step = trainer_->steps_done();
   while (trainer_->steps_done() < total_) {
-    const bool late =
-        settings_.max_minutes > 0 && seconds_since(start_) > settings_.max_minutes * 60;
+    // The budget is checked after each step: a run makes at least one.
+    const bool late = settings_.max_minutes > 0 && trainer_->steps_done() > first_step &&
+                      seconds_since(start_) > settings_.max_minutes * 60;
     if (should_stop(late, stop_signal)) {
       out_of_time = stop_signal == 0;
       break;
@@ -483,6 +515,13 @@ int Session::run() {
       window_start = std::chrono::steady_clock::now();
     }
     log_step(r, seconds_before_ + seconds_since(start_));
+    if (r.tokens == 0 && ++empty_steps_ == 1 && leader() && !options_.quiet) {
+      progress.finish();
+      std::fprintf(stderr,
+                   "masque train: step %lld has no token to predict (mlm chose none in its "
+                   "records): no update; the summary counts such steps\n",
+                   static_cast<long long>(r.step));
+    }
     if (!std::isfinite(r.loss))
       throw RuntimeError("training diverged: the loss of step " + std::to_string(r.step) + " is " +
                          number(r.loss) + " (lower the lr, or clip gradients)");
@@ -513,6 +552,9 @@ int Session::run() {
   validate(step);
   save(step);
   const double seconds = seconds_before_ + seconds_since(start_);
+  if (leader() && empty_steps_ > 0)
+    std::fprintf(stderr, "masque train: %lld of %lld steps had no token to predict (no update)\n",
+                 static_cast<long long>(empty_steps_), static_cast<long long>(step));
   if (leader())
     std::fprintf(stderr, "masque train: %s %lld steps in %s (%.0f tok/s); last: %s%s\n",
                  out_of_time ? "time budget reached after" : "done:", static_cast<long long>(step),

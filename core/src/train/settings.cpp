@@ -147,8 +147,10 @@ std::vector<ParamSpec> params() {
       {.name = "max_minutes",
        .type = ParamType::number,
        .default_value = "0",
-       .help = "stop (with a checkpoint and validation) after this much training wall time; "
-               "the schedule still spans `steps` (0: no limit)",
+       .help =
+           "stop (with a checkpoint and validation) after this much training wall time; "
+           "checked after each step, so a run makes at least one; the schedule still spans `steps` "
+           "(0: no limit)",
        .min = 0},
       {.name = "init",
        .type = ParamType::string,
@@ -329,6 +331,10 @@ TrainSettings train_settings(const Params& p) {
              .beta2 = p.get_number("adam_beta2"),
              .eps = p.get_number("adam_epsilon"),
              .weight_decay = p.get_number("weight_decay")};
+  for (const char* key : {"adam_beta1", "adam_beta2"})
+    if (p.get_number(key) >= 1)
+      throw ConfigError(std::string("task.") + key +
+                        ": must be below 1 (AdamW divides by 1 - beta^t)");
   const std::string schedule = p.get_string("schedule");
   t.schedule.kind = schedule == "cosine"     ? ScheduleKind::cosine
                     : schedule == "constant" ? ScheduleKind::constant

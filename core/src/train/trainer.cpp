@@ -127,7 +127,16 @@ StepResult Trainer::step() {
     comm->all_reduce_sum(std::span<std::uint64_t>(&total, 1));
     count = static_cast<std::int64_t>(total);
   }
-  if (count == 0) throw RuntimeError("training: a step with no token to predict");
+  StepResult r;
+  r.input_tokens = input_tokens;
+  r.epoch = epoch;
+  r.lr = options_.schedule.lr(step_);
+  if (count == 0) {
+    // Nothing to learn from (mlm chose no token in these records): no update, as the loss and
+    // its gradient are empty; the step still counts, so the schedule and the data move on.
+    r.step = ++step_;
+    return r;
+  }
   double loss_sum = run_parts(micro, count);
   if (ranks > 1) {
     comm->all_reduce_sum(std::span<double>(&loss_sum, 1));
@@ -141,15 +150,11 @@ StepResult Trainer::step() {
     grads.emplace_back(e.grad.f32(), static_cast<std::size_t>(e.grad.numel()));
     update.push_back({e.value.f32(), e.grad.f32(), e.value.numel(), e.decays()});
   }
-  StepResult r;
   r.grad_norm = grad_norm(grads);
-  r.lr = options_.schedule.lr(step_);
   adamw_.step(update, r.lr, clip_coefficient(r.grad_norm, options_.max_grad_norm));
   r.step = ++step_;
   r.loss = loss_sum / static_cast<double>(count);
   r.tokens = count;
-  r.input_tokens = input_tokens;
-  r.epoch = epoch;
   return r;
 }
 
@@ -239,7 +244,11 @@ nlohmann::json Trainer::state() const {
           {"epoch", epoch_},
           {"batch_in_epoch", batch_},
           {"examples", examples_.size()},
-          {"seed", options_.seed}};
+          {"seed", options_.seed},
+          {"shuffle", options_.shuffle},
+          {"batch_size", options_.batch_size},
+          {"max_tokens", options_.max_tokens},
+          {"accumulation", options_.accumulation}};
 }
 
 void Trainer::save_optimizer(const std::filesystem::path& file) const {
@@ -254,9 +263,22 @@ void Trainer::restore(const nlohmann::json& state, const std::filesystem::path& 
     throw ConfigError(optimizer_file.parent_path().string() + ": the checkpoint was trained on " +
                       std::to_string(examples) + " usable records, the data has " +
                       std::to_string(examples_.size()) + " (a different training file?)");
+  // What decides the order and grouping of the data must not change, or the run would not
+  // continue (checkpoints written before these were stored are not checked).
+  const nlohmann::json now = this->state();
+  for (const char* key : {"seed", "shuffle", "batch_size", "max_tokens", "accumulation"})
+    if (state.contains(key) && state[key] != now[key])
+      throw ConfigError(optimizer_file.parent_path().string() + ": the checkpoint's run has task." +
+                        key + " " + state[key].dump() + ", this one " + now[key].dump() +
+                        " (a resumed run continues the same data order: set it back, or start a "
+                        "new run from the checkpoint with model.path)");
   std::ifstream in(optimizer_file, std::ios::binary);
   if (!in) throw ConfigError(optimizer_file.string() + ": cannot open the optimizer state");
-  adamw_ = AdamW::load(in, sizes_of(params_));
+  try {
+    adamw_ = AdamW::load(in, sizes_of(params_));
+  } catch (const std::exception& e) {
+    throw ConfigError(optimizer_file.string() + ": " + e.what());
+  }
   step_ = state.at("step").get<std::int64_t>();
   epoch_ = state.at("epoch").get<std::int64_t>();
   cut_epoch();

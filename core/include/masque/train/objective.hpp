@@ -110,6 +110,9 @@ class BOOST_SYMBOL_VISIBLE Objective {
   std::vector<TokenId> tokens_of(const Record& record, const std::string& field,
                                  const Tokenizer& tokenizer, bool add_special) const;
   void check_length(std::size_t tokens) const;
+  // ConfigError when the mask cannot serve the objective (it would leak what is predicted, or
+  // lacks a query stream plm needs).
+  void check_mask() const;
   Example prepare_text(const Record& record) const;
   Example prepare_infill(const Record& record) const;
   std::vector<std::int32_t> order_of(const Record& record) const;  // the record's own, or empty
@@ -123,6 +126,7 @@ class BOOST_SYMBOL_VISIBLE Objective {
   ObjectiveMasks masks_;
   ModelInfo model_;
   TokenId sep_ = -1, mask_token_ = -1, pad_ = 0, decoder_start_ = -1, eos_ = -1;
+  std::size_t empty_source_ = 0;  // tokens of an empty source (the specials the tokenizer adds)
 };
 
 }  // namespace masque::train

@@ -53,7 +53,7 @@ struct TrainerOptions {
 struct StepResult {
   std::int64_t step = 0;  // 1-based: the number of optimizer steps done
   double loss = 0, lr = 0, grad_norm = 0;
-  std::int64_t tokens = 0;        // predicted tokens of the step
+  std::int64_t tokens = 0;        // predicted tokens of the step (0: no update was made)
   std::int64_t input_tokens = 0;  // tokens of the step's examples (source and target)
   std::int64_t epoch = 0;         // the epoch of its last micro-batch
 };
