@@ -207,8 +207,8 @@ TEST_CASE("select reorders, replicates and drops rows, fork is independent",
   CHECK(copy.length() == cache.length() + 2);
   step(toy, cache, picked, {25, 26, 27, 28});  // the original did not see the fork's steps
 
-  // Most rows stay (written in place, the swapped ones saved first), then a row is replaced
-  // by a copy of another.
+  // Reorders where most rows keep their place (a swap), then a row is replaced by a copy of
+  // another.
   for (const std::vector<std::int32_t>& order :
        {std::vector<std::int32_t>{1, 0, 2, 3}, {0, 1, 2, 0}, {0, 3, 2, 3}}) {
     cache.select(order);
