@@ -378,22 +378,31 @@ void validate(const AttentionDims& dims, const MaskView& m, SeqView q, SeqView k
 
 // ---- tiny heads ---------------------------------------------------------------------------
 //
-// Heads of a few features (an encoder-decoder with 8 heads of 4) make the tiles above mostly
-// bookkeeping: the key span and the mask are evaluated once per head, and every dot product is
-// shorter than one vector. For multi-head attention with such heads, one query token is done
-// for all heads at once instead: the rule is evaluated once per key, and each key costs a few
-// vector operations on the H*d features, 8 lanes at a time (one AVX2 register: GCC lowers wider
-// generic vectors on AVX2 through the stack, 3x slower than 8 lanes). A head's score is broadcast
-// over its d lanes (a butterfly of lane swaps), so the softmax and the weighted sum run on whole
-// feature vectors too. The lane loops use explicit vectors: GCC's unroll-and-jam otherwise
-// turns the short inner loops into scalar code.
+// Heads of a few features (an encoder-decoder with 8 heads of 4, stories260k's grouped-query
+// heads of 8) make the tiles above mostly bookkeeping: the key span and the mask are evaluated
+// once per head, and every dot product is shorter than one vector. For such heads one query
+// token is done for all heads at once instead: the rule is evaluated once per key, and each key
+// costs a few vector operations on the H*d features, 8 lanes at a time (one AVX2 register: GCC
+// lowers wider generic vectors on AVX2 through the stack, 3x slower than 8 lanes). A head's
+// score is broadcast over its d lanes (a butterfly of lane swaps), so the softmax and the
+// weighted sum run on whole feature vectors too. The lane loops use explicit vectors: GCC's
+// unroll-and-jam otherwise turns the short inner loops into scalar code.
 
 constexpr std::int32_t kLanes = 8;
 
+// Grouped-query heads qualify when a head fills the 8 lanes: each lane block is one query
+// head and reads its kv head's features (kv_column).
 bool small_heads(const AttentionDims& dims) {
   const std::int32_t d = dims.head_dim;
-  return dims.heads == dims.kv_heads && (d == 1 || d == 2 || d == 4 || d == 8) &&
+  const bool grouped = dims.heads != dims.kv_heads;
+  return (d == 1 || d == 2 || d == 4 || d == 8) && (!grouped || d == kLanes) &&
          dims.heads * d % kLanes == 0;
+}
+
+// The key/value feature of the lane block starting at query feature c (a multiple of 8), with
+// `group` query heads of d features per kv head.
+std::int64_t kv_column(std::int32_t c, std::int32_t d, std::int32_t group) {
+  return group == 1 ? c : std::int64_t{c / (d * group)} * d;
 }
 
 // Vectors of 8 floats (GCC/Clang vector extensions), only passed to always-inlined helpers:
@@ -467,12 +476,14 @@ std::int32_t visible_keys(const MaskView& m, std::int32_t b, std::int32_t i, std
 template <std::int32_t D>
 [[gnu::always_inline]] inline void lane_scores(const float* q, const float* k, std::int64_t ldk,
                                                const std::int32_t* keys, std::int32_t n,
-                                               std::int32_t f, float scale, float* s, float* mx) {
+                                               std::int32_t f, std::int32_t group, float scale,
+                                               float* s, float* mx) {
   for (std::int32_t c = 0; c < f; c += kLanes) {
     const Lanes qc = load_lanes(q + c);
+    const float* kc = k + kv_column(c, D, group);
     Lanes top = Lanes{} + kNegInf;
     for (std::int32_t jj = 0; jj < n; ++jj) {
-      const Lanes sc = group_sum(qc * load_lanes(k + keys[jj] * ldk + c), D) * scale;
+      const Lanes sc = group_sum(qc * load_lanes(kc + keys[jj] * ldk), D) * scale;
       store_lanes(s + std::int64_t{jj} * f + c, sc);
       top = max_lanes(top, sc);
     }
@@ -482,16 +493,16 @@ template <std::int32_t D>
 
 MASQUE_VECTORIZE void lane_scores(std::int32_t d, const float* q, const float* k, std::int64_t ldk,
                                   const std::int32_t* keys, std::int32_t n, std::int32_t f,
-                                  float scale, float* s, float* mx) {
+                                  std::int32_t group, float scale, float* s, float* mx) {
   switch (d) {
     case 1:
-      return lane_scores<1>(q, k, ldk, keys, n, f, scale, s, mx);
+      return lane_scores<1>(q, k, ldk, keys, n, f, group, scale, s, mx);
     case 2:
-      return lane_scores<2>(q, k, ldk, keys, n, f, scale, s, mx);
+      return lane_scores<2>(q, k, ldk, keys, n, f, group, scale, s, mx);
     case 4:
-      return lane_scores<4>(q, k, ldk, keys, n, f, scale, s, mx);
+      return lane_scores<4>(q, k, ldk, keys, n, f, group, scale, s, mx);
     default:
-      return lane_scores<8>(q, k, ldk, keys, n, f, scale, s, mx);
+      return lane_scores<8>(q, k, ldk, keys, n, f, group, scale, s, mx);
   }
 }
 
@@ -508,13 +519,14 @@ MASQUE_VECTORIZE void lane_exp(float* __restrict s, const float* __restrict mx, 
 // o = sum_j e_j v_j / sum_j e_j per lane; sum receives the per-lane totals.
 MASQUE_VECTORIZE void lane_values(const float* e, const float* v, std::int64_t ldv,
                                   const std::int32_t* keys, std::int32_t n, std::int32_t f,
-                                  float* sum, float* o) {
+                                  std::int32_t d, std::int32_t group, float* sum, float* o) {
   for (std::int32_t c = 0; c < f; c += kLanes) {
+    const float* vc = v + kv_column(c, d, group);
     Lanes total{}, acc{};
     for (std::int32_t jj = 0; jj < n; ++jj) {
       const Lanes ej = load_lanes(e + std::int64_t{jj} * f + c);
       total += ej;
-      acc += ej * load_lanes(v + keys[jj] * ldv + c);
+      acc += ej * load_lanes(vc + keys[jj] * ldv);
     }
     store_lanes(sum + c, total);
     store_lanes(o + c, acc / total);
@@ -547,9 +559,10 @@ void run_small_heads(const Problem& p, std::int32_t b, std::int32_t i) {
   const float* q = p.q.data + b * p.q.batch_stride + std::int64_t{i} * p.q.token_stride;
   const float* k = p.k.row(b);
   const float* v = p.v.row(b);
-  lane_scores(p.dims.head_dim, q, k, p.k.token_stride, keys.data(), n, f, p.dims.scale, s, mx);
+  const std::int32_t d = p.dims.head_dim;
+  lane_scores(d, q, k, p.k.token_stride, keys.data(), n, f, p.group, p.dims.scale, s, mx);
   lane_exp(s, mx, n, f);
-  lane_values(s, v, p.v.token_stride, keys.data(), n, f, sum, o);
+  lane_values(s, v, p.v.token_stride, keys.data(), n, f, d, p.group, sum, o);
   if (probs)
     for (std::int32_t h = probs->head; h < probs->head + probs->heads; ++h) {
       const std::int32_t lane = h * p.dims.head_dim;
