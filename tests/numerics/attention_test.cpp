@@ -101,6 +101,9 @@ std::vector<AttentionDims> head_cases() {
       {8, 2, 8, 1.0f / std::sqrt(8.0f)},  // grouped-query (Llama-style)
       {4, 1, 16, 0.25f},                  // multi-query
       {8, 8, 4, 0.5f},                    // tiny heads (the encoder-decoder)
+      {8, 8, 2, 0.7f},                    // tiny heads of 2 and of 1
+      {8, 8, 1, 0.9f},
+      {16, 4, 8, 0.3f},  // grouped-query tiny heads (stories260k has 8 / 4 x 8)
   };
 }
 
@@ -195,8 +198,10 @@ TEST_CASE("cross-attention masks the source padding only", "[numerics][attention
 
 TEST_CASE("attention probabilities of one head can be returned", "[numerics][attention]") {
   const AttentionLayout layout = layout_of(5, {causal(5), causal(3)});
+  // Grouped-query, then tiny heads (multi-head and grouped-query heads of 8).
   for (const AttentionDims& dims :
-       {AttentionDims{2, 1, 4, 0.5f}, AttentionDims{8, 8, 4, 0.5f}, AttentionDims{4, 4, 8, 0.3f}}) {
+       {AttentionDims{2, 1, 4, 0.5f}, AttentionDims{8, 8, 4, 0.5f}, AttentionDims{4, 4, 8, 0.3f},
+        AttentionDims{8, 2, 8, 0.3f}, AttentionDims{8, 8, 1, 0.9f}, AttentionDims{4, 4, 2, 0.7f}}) {
     const std::int32_t qw = dims.heads * dims.head_dim, kw = dims.kv_heads * dims.head_dim;
     const std::int32_t head = dims.heads - 1, d = dims.head_dim;
     const std::int32_t g = head / (dims.heads / dims.kv_heads);

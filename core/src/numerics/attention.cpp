@@ -442,6 +442,31 @@ using LaneIndex = std::int32_t __attribute__((vector_size(kLanes * sizeof(std::i
   if (d >= 8) x += MASQUE_SWAP_LANES(x, 4, 5, 6, 7, 0, 1, 2, 3);
   return x;
 }
+
+// Lane k * D of x (a head's score, which all D lanes of its group hold bit for bit: the
+// butterfly adds the same pairs in every lane) to p[k], for the 8 / D heads of the block.
+template <std::int32_t D>
+[[gnu::always_inline]] inline void store_heads(float* p, Lanes x) {
+  if constexpr (D == 1)
+    store_lanes(p, x);
+  else
+    for (std::int32_t k = 0; k < kLanes / D; ++k) p[k] = x[k * D];
+}
+
+// The block's 8 / D head values p[0..8/D) spread over their D lanes each (p holds 8 readable
+// floats).
+template <std::int32_t D>
+[[gnu::always_inline]] inline Lanes spread_heads(const float* p) {
+  const Lanes x = load_lanes(p);
+  if constexpr (D == 1)
+    return x;
+  else if constexpr (D == 2)
+    return MASQUE_SWAP_LANES(x, 0, 0, 1, 1, 2, 2, 3, 3);
+  else if constexpr (D == 4)
+    return MASQUE_SWAP_LANES(x, 0, 0, 0, 0, 1, 1, 1, 1);
+  else
+    return Lanes{} + x[0];
+}
 #undef MASQUE_SWAP_LANES
 
 // Fills keys[0..n) with the keys query i of row b may see (mask.hpp) and returns n.
@@ -471,8 +496,8 @@ std::int32_t visible_keys(const MaskView& m, std::int32_t b, std::int32_t i, std
   return n;
 }
 
-// s[jj * f + c] = scale * (q . k) over the head of feature c, for the n visible keys;
-// mx[c] = the largest score of c's head.
+// s[jj * H + h] = scale * (q . k) of head h for the n visible keys (H = f / D heads);
+// mx[h] = the largest score of head h.
 template <std::int32_t D>
 [[gnu::always_inline]] inline void lane_scores(const float* q, const float* k, std::int64_t ldk,
                                                const std::int32_t* keys, std::int32_t n,
@@ -484,10 +509,10 @@ template <std::int32_t D>
     Lanes top = Lanes{} + kNegInf;
     for (std::int32_t jj = 0; jj < n; ++jj) {
       const Lanes sc = group_sum(qc * load_lanes(kc + keys[jj] * ldk), D) * scale;
-      store_lanes(s + std::int64_t{jj} * f + c, sc);
+      store_heads<D>(s + std::int64_t{jj} * (f / D) + c / D, sc);
       top = max_lanes(top, sc);
     }
-    store_lanes(mx + c, top);
+    store_heads<D>(mx + c / D, top);
   }
 }
 
@@ -506,30 +531,48 @@ MASQUE_VECTORIZE void lane_scores(std::int32_t d, const float* q, const float* k
   }
 }
 
-// s[jj * f + c] = exp(s[jj * f + c] - mx[c]): the unnormalised weights.
+// s[jj * H + h] = exp(s[jj * H + h] - mx[h]): the unnormalised weights, once per head.
 MASQUE_VECTORIZE void lane_exp(float* __restrict s, const float* __restrict mx, std::int32_t n,
-                               std::int32_t f) {
+                               std::int32_t heads) {
   for (std::int32_t jj = 0; jj < n; ++jj) {
-    float* __restrict e = s + std::int64_t{jj} * f;
+    float* __restrict e = s + std::int64_t{jj} * heads;
 #pragma omp simd
-    for (std::int32_t c = 0; c < f; ++c) e[c] = fast_exp(e[c] - mx[c]);
+    for (std::int32_t h = 0; h < heads; ++h) e[h] = fast_exp(e[h] - mx[h]);
   }
 }
 
-// o = sum_j e_j v_j / sum_j e_j per lane; sum receives the per-lane totals.
-MASQUE_VECTORIZE void lane_values(const float* e, const float* v, std::int64_t ldv,
-                                  const std::int32_t* keys, std::int32_t n, std::int32_t f,
-                                  std::int32_t d, std::int32_t group, float* sum, float* o) {
+// o = sum_j e_j v_j / sum_j e_j per lane, e_j spread from its head to the head's lanes; sum
+// receives the per-lane totals.
+template <std::int32_t D>
+[[gnu::always_inline]] inline void lane_values(const float* e, const float* v, std::int64_t ldv,
+                                               const std::int32_t* keys, std::int32_t n,
+                                               std::int32_t f, std::int32_t group, float* sum,
+                                               float* o) {
   for (std::int32_t c = 0; c < f; c += kLanes) {
-    const float* vc = v + kv_column(c, d, group);
+    const float* vc = v + kv_column(c, D, group);
     Lanes total{}, acc{};
     for (std::int32_t jj = 0; jj < n; ++jj) {
-      const Lanes ej = load_lanes(e + std::int64_t{jj} * f + c);
+      const Lanes ej = spread_heads<D>(e + std::int64_t{jj} * (f / D) + c / D);
       total += ej;
       acc += ej * load_lanes(vc + keys[jj] * ldv);
     }
     store_lanes(sum + c, total);
     store_lanes(o + c, acc / total);
+  }
+}
+
+MASQUE_VECTORIZE void lane_values(std::int32_t d, const float* e, const float* v, std::int64_t ldv,
+                                  const std::int32_t* keys, std::int32_t n, std::int32_t f,
+                                  std::int32_t group, float* sum, float* o) {
+  switch (d) {
+    case 1:
+      return lane_values<1>(e, v, ldv, keys, n, f, group, sum, o);
+    case 2:
+      return lane_values<2>(e, v, ldv, keys, n, f, group, sum, o);
+    case 4:
+      return lane_values<4>(e, v, ldv, keys, n, f, group, sum, o);
+    default:
+      return lane_values<8>(e, v, ldv, keys, n, f, group, sum, o);
   }
 }
 
@@ -550,25 +593,27 @@ void run_small_heads(const Problem& p, std::int32_t b, std::int32_t i) {
     std::fill(o, o + f, 0.0f);
     return;
   }
-  // Scores, then the lane maxima and totals; aligned to a vector for the lane loops.
-  scratch.resize(std::max<std::size_t>(scratch.size(), (std::size_t{2} + n) * f + kLanes));
+  // Per head: the scores (then weights) of each key, and the maxima; then the lane totals.
+  // Each part has a vector of slack, as spread_heads reads 8 floats.
+  const std::int32_t heads = p.dims.heads;
+  const std::int64_t weights = std::int64_t{n} * heads + kLanes;
+  scratch.resize(std::max<std::size_t>(scratch.size(), weights + heads + kLanes + f + kLanes));
   const auto misaligned = reinterpret_cast<std::uintptr_t>(scratch.data()) / sizeof(float) % kLanes;
   float* s = scratch.data() + (kLanes - misaligned) % kLanes;
-  float* mx = s + std::int64_t{n} * f;
-  float* sum = mx + f;
+  float* mx = s + weights;
+  float* sum = mx + heads + kLanes;
   const float* q = p.q.data + b * p.q.batch_stride + std::int64_t{i} * p.q.token_stride;
   const float* k = p.k.row(b);
   const float* v = p.v.row(b);
   const std::int32_t d = p.dims.head_dim;
   lane_scores(d, q, k, p.k.token_stride, keys.data(), n, f, p.group, p.dims.scale, s, mx);
-  lane_exp(s, mx, n, f);
-  lane_values(s, v, p.v.token_stride, keys.data(), n, f, d, p.group, sum, o);
+  lane_exp(s, mx, n, heads);
+  lane_values(d, s, v, p.v.token_stride, keys.data(), n, f, p.group, sum, o);
   if (probs)
     for (std::int32_t h = probs->head; h < probs->head + probs->heads; ++h) {
-      const std::int32_t lane = h * p.dims.head_dim;
       float* row = probs->row(m, h, b, i);
       for (std::int32_t jj = 0; jj < n; ++jj)
-        row[keys[jj]] = s[std::int64_t{jj} * f + lane] / sum[lane];
+        row[keys[jj]] = s[std::int64_t{jj} * heads + h] / sum[h * d];
     }
 }
 
