@@ -2,8 +2,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <set>
-#include <string>
 
 #include "masque/attention.hpp"
 #include "masque/error.hpp"
@@ -45,15 +43,13 @@ void ParameterSet::index() {
 ParameterSet ParameterSet::from_checkpoint(const TransformerSpec& spec,
                                            const SafeTensors& checkpoint) {
   ParameterSet set;
-  std::set<std::string> read;
   for (const Parameter& p : parameters(spec)) {
-    read.insert(p.name);
     const Tensor stored = checkpoint.get_f32(p.name, p.shape);
     Tensor value(p.shape);
     std::memcpy(value.raw(), stored.raw(), value.bytes());  // owned: training writes into it
     set.entries_.push_back({p.name, p.role, std::move(value), Tensor::zeros(p.shape)});
   }
-  transformer::check_no_extra_layers(checkpoint, read);
+  transformer::check_no_extra_layers(checkpoint, spec);
   set.index();
   return set;
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <new>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -123,9 +124,7 @@ TransformerModel::TransformerModel(TransformerSpec spec, const SafeTensors& chec
   if (spec_.encoder_decoder()) encoder_ = Stack(spec_.encoder, weights);
   decoder_ = Stack(spec_.decoder, weights);
   if (spec_.head.present()) head_ = Head(spec_.head, weights);
-  std::set<std::string> read;
-  for (const Parameter& p : parameters(spec_)) read.insert(p.name);
-  check_no_extra_layers(checkpoint, read);
+  check_no_extra_layers(checkpoint, spec_);
 
   info_.architecture = spec_.architecture;
   info_.kind = spec_.kind;
@@ -372,8 +371,9 @@ std::string layer_pattern(std::string_view name) {
 
 }  // namespace
 
-void check_no_extra_layers(const SafeTensors& checkpoint, const std::set<std::string>& read) {
-  std::set<std::string> patterns;
+void check_no_extra_layers(const SafeTensors& checkpoint, const TransformerSpec& spec) {
+  std::set<std::string> read, patterns;
+  for (const Parameter& p : parameters(spec)) read.insert(p.name);
   for (const std::string& name : read)
     if (std::string p = layer_pattern(name); p != name) patterns.insert(std::move(p));
   std::vector<std::string> extra;

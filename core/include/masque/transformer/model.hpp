@@ -10,7 +10,6 @@
 
 #include <filesystem>
 #include <memory>
-#include <set>
 #include <string>
 
 #include "masque/model.hpp"
@@ -67,10 +66,10 @@ class BOOST_SYMBOL_VISIBLE TransformerModel final : public Model {
 // model.safetensors (errors name what is missing).
 SafeTensors open_checkpoint(const std::filesystem::path& folder);
 
-// ConfigError when the checkpoint holds more layers than the model `read` from it: an unread
-// tensor named like a read one but for another layer (digits between dots), as when
-// config.json gives fewer layers than the weights have. Other unread tensors (a pooler, a
+// ConfigError when the checkpoint holds more layers than `spec` reads from it: an unread
+// tensor named like one of parameters(spec) but for another layer (digits between dots), as
+// when config.json gives fewer layers than the weights have. Other unread tensors (a pooler, a
 // head the task does not use) are fine.
-void check_no_extra_layers(const SafeTensors& checkpoint, const std::set<std::string>& read);
+void check_no_extra_layers(const SafeTensors& checkpoint, const TransformerSpec& spec);
 
 }  // namespace masque::transformer
