@@ -1,13 +1,13 @@
 #include "model_folder.hpp"
 
 #include <algorithm>
-#include <fstream>
 #include <set>
 #include <sstream>
 
 #include <boost/dll/shared_library.hpp>
 #include <nlohmann/json.hpp>
 
+#include "io/read_file.hpp"
 #include "masque/error.hpp"
 #include "masque/folder_match.hpp"
 #include "masque/tokenizer_files.hpp"
@@ -19,17 +19,9 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string read_text(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw ConfigError(file.string() + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 json parse_json_file(const fs::path& file) {
   try {
-    return json::parse(read_text(file));
+    return json::parse(io::read_file(file));
   } catch (const json::exception& e) {
     throw ConfigError(file.string() + ": not valid JSON: " + e.what());
   }

@@ -4,12 +4,12 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <optional>
 #include <sstream>
 
 #include <yaml-cpp/yaml.h>
 
+#include "io/read_file.hpp"
 #include "masque/error.hpp"
 #include "masque/tokenizer_files.hpp"
 #include "run/settings.hpp"
@@ -670,12 +670,9 @@ Pipeline load_pipeline(const PipelineSource& source, const LoadOptions& options,
 
 Pipeline load_pipeline_file(const fs::path& file, const LoadOptions& options, Registry& registry,
                             const std::vector<TaskSpec>& tasks) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw ConfigError(file.string() + ": cannot open the pipeline file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
   fs::path dir = fs::absolute(file).parent_path();
-  return load_pipeline({ss.str(), file.string(), dir}, options, registry, tasks);
+  return load_pipeline({io::read_file(file, "pipeline file"), file.string(), dir}, options,
+                       registry, tasks);
 }
 
 namespace {

@@ -2,11 +2,10 @@
 
 #include <cmath>
 #include <cstdint>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "io/read_file.hpp"
 #include "json_depth.hpp"
 #include "masque/error.hpp"
 
@@ -49,11 +48,7 @@ JsonConfig JsonConfig::parse(std::string_view text, const std::filesystem::path&
 }
 
 JsonConfig JsonConfig::load(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw ConfigError(file.string() + ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse(text.str(), file);
+  return parse(io::read_file(file), file);
 }
 
 const std::filesystem::path& JsonConfig::file() const {

@@ -11,9 +11,9 @@
 #include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 #include <thread>
 
+#include "io/read_file.hpp"
 #include "masque/error.hpp"
 #include "masque/safetensors_writer.hpp"
 #include "masque/threading.hpp"
@@ -125,14 +125,6 @@ std::vector<std::pair<fs::path, std::string>> tokenizer_files(const Pipeline& pi
     }
   }
   return files;
-}
-
-std::string file_bytes(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  std::ostringstream bytes;
-  if (!(in && bytes << in.rdbuf()) && fs::file_size(file) > 0)
-    throw ConfigError(file.string() + ": cannot read");
-  return bytes.str();
 }
 
 // ---- what the run prints ------------------------------------------------------------------
@@ -454,9 +446,9 @@ int Session::run() {
   trainer_ = std::make_unique<Trainer>(*network_, params_, *objective_, train, t);
   for (const char* name : {"config.json", "generation_config.json"})
     if (fs::is_regular_file(model_dir_ / name))
-      carried_.emplace_back(name, file_bytes(model_dir_ / name));
+      carried_.emplace_back(name, io::read_file(model_dir_ / name));
   for (const auto& [file, name] : tokenizer_files(pipeline_))
-    carried_.emplace_back(name, file_bytes(file));
+    carried_.emplace_back(name, io::read_file(file));
   // Rank 0 alone owns the run folder (an error there ends every rank: cmd_train aborts the job).
   if (leader()) store_ = std::make_unique<CheckpointStore>(settings_.output, settings_.keep_last);
   start_ = std::chrono::steady_clock::now();
