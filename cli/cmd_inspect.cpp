@@ -282,12 +282,12 @@ void print_text(const json& j) {
                     : "",
                 t["vocab_size"].get<int>());
   std::printf("tasks           %s\n", j["tasks"].empty() ? "(none)" : join(j["tasks"]).c_str());
-  if (j.contains("unavailable_tasks"))
-    for (const auto& [task, reason] : j["unavailable_tasks"].items())
-      std::printf(
-          "%s%s: %s\n",
-          task == j["unavailable_tasks"].begin().key() ? "not runnable    " : "                ",
-          task.c_str(), reason.get<std::string>().c_str());
+  const char* label = "not runnable    ";  // on the first line only
+  const json unavailable = j.value("unavailable_tasks", json::object());
+  for (const auto& [task, reason] : unavailable.items()) {
+    std::printf("%s%s: %s\n", label, task.c_str(), reason.get<std::string>().c_str());
+    label = "                ";
+  }
   if (j.contains("matmuls"))
     std::printf("matmuls         %s\n", j["matmuls"]["summary"].get<std::string>().c_str());
 }

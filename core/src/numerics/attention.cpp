@@ -384,8 +384,9 @@ void validate(const AttentionDims& dims, const MaskView& m, SeqView q, SeqView k
 // token is done for all heads at once instead: the rule is evaluated once per key, and each key
 // costs a few vector operations on the H*d features, 8 lanes at a time (one AVX2 register: GCC
 // lowers wider generic vectors on AVX2 through the stack, 3x slower than 8 lanes). A head's
-// score is broadcast over its d lanes (a butterfly of lane swaps), so the softmax and the
-// weighted sum run on whole feature vectors too. The lane loops use explicit vectors: GCC's
+// score ends up in each of its d lanes (a butterfly of lane swaps) and is stored once per head,
+// so the softmax runs once per head; the weighted sum spreads it back over the head's lanes
+// and runs on whole feature vectors. The lane loops use explicit vectors: GCC's
 // unroll-and-jam otherwise turns the short inner loops into scalar code.
 
 constexpr std::int32_t kLanes = 8;
