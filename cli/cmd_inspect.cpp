@@ -31,9 +31,10 @@ const char* kHelp = R"(Usage: masque inspect DIR [--tokenizer DIR] [--matmul-dty
 Describes a model folder: its architecture (config.json), the model plugin that serves it, the
 parameter count, the tensors' dtypes and total size, the vocabulary size, the maximum number of
 positions, the special tokens, the tokenizer its files name, the tasks it can run with
-`masque run --task TASK --model DIR` (and why the others cannot: unavailable_tasks), and the type each linear layer's matmul runs in when the
-model is loaded with `model.matmul_dtype=TYPE` (int8 keeps narrow layers f32; --json lists
-them). The model is loaded, so a folder that passes also runs.
+`masque run --task TASK --model DIR` (and why the others cannot: unavailable_tasks), and the
+type each linear layer's matmul runs in when the model is loaded with
+`model.matmul_dtype=TYPE` (int8 keeps narrow layers f32; --json lists them). The model is
+loaded, so a folder that passes also runs.
 
 Examples:
   masque inspect ../shared/models/stories260k
