@@ -5,6 +5,7 @@
 #include <numeric>
 #include <string>
 
+#include "masque/error.hpp"
 #include "masque/ops.hpp"
 
 namespace masque::rnn {
@@ -30,6 +31,45 @@ void Encoder::list_linears(LinearList& out) const {
   }
 }
 
+// The batch's rows in torch's packed-sequence layout (RnnLayer::run): slot s holds row row_of[s]
+// (slots sorted longest first), of length len[s]; its step t is packed row at(t, s). Both
+// directions have the same lengths, the backward one reading each row's tokens reversed: its
+// packed row p holds the token of forward packed row reversed[p].
+struct Encoder::Packing {
+  std::vector<std::int32_t> row_of, len;
+  std::vector<std::int64_t> offsets, reversed;
+  std::vector<TokenId> ids;  // the token of each forward packed row
+  std::int64_t total = 0;
+
+  explicit Packing(const std::vector<std::vector<TokenId>>& rows) {
+    const auto B = static_cast<std::int32_t>(rows.size());
+    row_of.resize(rows.size());
+    std::iota(row_of.begin(), row_of.end(), 0);
+    std::stable_sort(row_of.begin(), row_of.end(), [&](std::int32_t a, std::int32_t b) {
+      return rows[a].size() > rows[b].size();
+    });
+    for (std::int32_t s = 0; s < B; ++s)
+      len.push_back(static_cast<std::int32_t>(rows[row_of[s]].size()));
+    offsets = packed_offsets(len);
+    total = offsets.back();
+    reversed.resize(static_cast<std::size_t>(total));
+    ids.resize(reversed.size());
+    each_step([&](std::int32_t t, std::int32_t s, std::int64_t p, std::int64_t r) {
+      reversed[p] = r;
+      ids[p] = rows[row_of[s]][t];
+    });
+  }
+  std::int64_t at(std::int32_t t, std::int32_t s) const { return offsets[t] + s; }
+  // Visits every slot's real steps: f(t, s, position of step t, of step len - 1 - t).
+  template <typename F>
+  void each_step(F&& f) const {
+    for (std::size_t s = 0; s < len.size(); ++s)
+      for (std::int32_t t = 0; t < len[s]; ++t)
+        f(t, static_cast<std::int32_t>(s), at(t, static_cast<std::int32_t>(s)),
+          at(len[s] - 1 - t, static_cast<std::int32_t>(s)));
+  }
+};
+
 EncoderOutput Encoder::encode(const std::vector<std::vector<TokenId>>& rows) const {
   EncoderOutput out;
   const auto B = static_cast<std::int32_t>(rows.size());
@@ -39,40 +79,107 @@ EncoderOutput Encoder::encode(const std::vector<std::vector<TokenId>>& rows) con
     out.length = std::max(out.length, out.lengths.back());
   }
   const std::int32_t T = out.length;
-  const std::int64_t H = hidden_size(), W = 2 * H;
-  out.memory = Tensor::zeros({B, T, W});
+  const std::int64_t W = 2 * hidden_size(), vocab = embeddings_.dim(0);
+  for (const auto& row : rows)
+    for (const TokenId id : row)
+      if (id < 0 || id >= vocab)
+        throw RecordError("id " + std::to_string(id) + " is outside the source vocabulary of " +
+                          std::to_string(vocab) + " tokens");
+  out.memory = Tensor({B, T, W});
   out.final_state = Tensor::zeros({B, W});
+  // Only the pads are not written below.
+  for (std::int32_t b = 0; b < B; ++b)
+    std::fill(out.memory.f32() + (std::int64_t{b} * T + out.lengths[b]) * W,
+              out.memory.f32() + std::int64_t{b + 1} * T * W, 0.0f);
   if (B == 0 || T == 0) return out;
+  const Packing packing(rows);
+  if (layers_.front().forward.has_input_gates())
+    encode_on_linears(packing, out);
+  else
+    encode_on_primitives(packing, out);
+  // The top layer's final states: forward after the last token, backward after the first.
+  const std::int64_t H = hidden_size();
+  for (std::int32_t b = 0; b < B; ++b) {
+    if (out.lengths[b] == 0) continue;
+    const float* last = out.memory.f32() + (std::int64_t{b} * T + out.lengths[b] - 1) * W;
+    const float* first = out.memory.f32() + std::int64_t{b} * T * W;
+    std::copy_n(last, H, out.final_state.f32() + b * W);
+    std::copy_n(first + H, H, out.final_state.f32() + b * W + H);
+  }
+  return out;
+}
 
-  // The layers run on slots sorted longest first, as a packed sequence (RnnLayer::run): slot s
-  // holds row row_of[s], of length len[s]; its step t is packed row at(t, s). Both directions
-  // have the same lengths, the backward one reading each row's tokens reversed.
-  std::vector<std::int32_t> row_of(static_cast<std::size_t>(B)), len(row_of.size());
-  std::iota(row_of.begin(), row_of.end(), 0);
-  std::stable_sort(row_of.begin(), row_of.end(),
-                   [&](std::int32_t a, std::int32_t b) { return out.lengths[a] > out.lengths[b]; });
-  for (std::int32_t s = 0; s < B; ++s) len[s] = out.lengths[row_of[s]];
-  const std::vector<std::int64_t> offsets = packed_offsets(len);
-  const std::int64_t total = offsets[T];
-  const auto at = [&](std::int32_t t, std::int32_t s) { return offsets[t] + s; };
-  // Visits every slot's real steps: f(t, s, position of step t, of step len - 1 - t).
-  const auto each_step = [&](auto&& f) {
-    for (std::int32_t s = 0; s < B; ++s)
-      for (std::int32_t t = 0; t < len[s]; ++t) f(t, s, at(t, s), at(len[s] - 1 - t, s));
-  };
+// f32 and int8: each layer's input gates for both directions come from one product each over
+// the layer's input in forward order (or from the first layer's tables), the backward direction
+// reading its rows reversed; the recurrences write their states straight into the next layer's
+// input, and the top layer's into the memory. No row is copied between layers.
+void Encoder::encode_on_linears(const Packing& packing, EncoderOutput& out) const {
+  const std::int64_t total = packing.total, H = hidden_size(), W = 2 * H;
+  const std::int32_t T = out.length;
   // Scratch kept per thread: fresh buffers of a batch's size cost page faults on every call.
-  thread_local std::vector<TokenId> forward_ids, backward_ids;
-  forward_ids.resize(static_cast<std::size_t>(total));
-  backward_ids.resize(forward_ids.size());
-  each_step([&](std::int32_t t, std::int32_t s, std::int64_t p, std::int64_t) {
-    forward_ids[p] = rows[row_of[s]][t];
-    backward_ids[p] = rows[row_of[s]][len[s] - 1 - t];
+  thread_local Tensor layer_input, gates_forward, gates_backward;
+  thread_local std::vector<const float*> forward_gates, backward_gates;
+  thread_local std::vector<float*> forward_out, backward_out;
+  forward_gates.resize(static_cast<std::size_t>(total));
+  backward_gates.resize(forward_gates.size());
+  forward_out.resize(forward_gates.size());
+  backward_out.resize(forward_gates.size());
+  // The memory row of each forward packed row.
+  thread_local std::vector<float*> memory_rows;
+  memory_rows.resize(forward_gates.size());
+  packing.each_step([&](std::int32_t t, std::int32_t s, std::int64_t p, std::int64_t) {
+    memory_rows[p] = out.memory.f32() + (std::int64_t{packing.row_of[s]} * T + t) * W;
   });
+  const bool tables = has_gate_tables();
+  if (!tables) embedding(embeddings_, packing.ids, layer_input);
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const EncoderLayer& layer = layers_[l];
+    const std::int64_t G = layer.forward.gate_width();
+    const TokenId* ids = packing.ids.data();
+    if (tables && l == 0) {
+      const float* forward_base = gate_table_forward_.f32();
+      const float* backward_base = gate_table_backward_.f32();
+      for (std::int64_t p = 0; p < total; ++p) {
+        forward_gates[p] = forward_base + std::int64_t{ids[p]} * G;
+        backward_gates[p] = backward_base + std::int64_t{ids[packing.reversed[p]]} * G;
+      }
+    } else {
+      gates_forward.resize({total, G});
+      gates_backward.resize({total, G});
+      layer.forward.input_gates(layer_input.f32(), total, gates_forward.f32());
+      layer.backward.input_gates(layer_input.f32(), total, gates_backward.f32());
+      for (std::int64_t p = 0; p < total; ++p) {
+        forward_gates[p] = gates_forward.f32() + p * G;
+        backward_gates[p] = gates_backward.f32() + packing.reversed[p] * G;
+      }
+    }
+    // The input has been read: the states overwrite it, or go to the memory at the top.
+    const bool top = l + 1 == layers_.size();
+    if (!top) layer_input.resize({total, W});
+    const auto destination = [&](std::int64_t p) {
+      return top ? memory_rows[p] : layer_input.f32() + p * W;
+    };
+    for (std::int64_t p = 0; p < total; ++p) {
+      forward_out[p] = destination(p);
+      backward_out[p] = destination(packing.reversed[p]) + H;
+    }
+    layer.forward.recur(packing.len, forward_gates, forward_out);
+    layer.backward.recur(packing.len, backward_gates, backward_out);
+  }
+}
+
+// bf16: oneDNN's primitives compute the input gates inside, reading each direction's input in
+// its own step order: the backward direction's input is the forward one's rows reversed, and
+// each layer's two outputs are interleaved into the next layer's input.
+void Encoder::encode_on_primitives(const Packing& packing, EncoderOutput& out) const {
+  const std::int64_t total = packing.total, H = hidden_size(), W = 2 * H;
+  const std::int32_t T = out.length;
+  thread_local std::vector<TokenId> backward_ids;
+  backward_ids.resize(static_cast<std::size_t>(total));
+  for (std::int64_t p = 0; p < total; ++p) backward_ids[p] = packing.ids[packing.reversed[p]];
   thread_local Tensor x_forward, x_backward, y_forward, y_backward, next;
-  // The first layer's input: its gates gathered from the tables, or the embeddings.
-  const bool gates = has_gate_tables();
-  embedding(gates ? gate_table_forward_ : embeddings_, forward_ids, x_forward);
-  embedding(gates ? gate_table_backward_ : embeddings_, backward_ids, x_backward);
+  embedding(embeddings_, packing.ids, x_forward);
+  embedding(embeddings_, backward_ids, x_backward);
   y_forward.resize({total, H});
   y_backward.resize({total, H});
   // Row p of `from` into row q of `to` (rows: the last dimension), from `column` on.
@@ -82,38 +189,25 @@ EncoderOutput Encoder::encode(const std::vector<std::vector<TokenId>>& rows) con
     std::memcpy(to.f32() + q * to.dim(-1) + column, from.f32() + p * width, width * sizeof(float));
   };
   for (const EncoderLayer& layer : layers_) {
-    if (gates && &layer == &layers_.front()) {
-      layer.forward.run_from_gates(len, x_forward.f32(), y_forward.f32());
-      layer.backward.run_from_gates(len, x_backward.f32(), y_backward.f32());
-    } else {
-      layer.forward.run(len, x_forward.f32(), y_forward.f32());
-      layer.backward.run(len, x_backward.f32(), y_backward.f32());
-    }
+    layer.forward.run(packing.len, x_forward.f32(), y_forward.f32());
+    layer.backward.run(packing.len, x_backward.f32(), y_backward.f32());
     // The next input at step t: [forward(t) | backward(t)], the backward state of token t being
     // step len - 1 - t of the reversed run; and the same reversed for the backward direction.
     next.resize({total, W});
-    each_step([&](std::int32_t, std::int32_t, std::int64_t p, std::int64_t reversed) {
+    packing.each_step([&](std::int32_t, std::int32_t, std::int64_t p, std::int64_t reversed) {
       copy_row(y_forward, p, next, p);
       copy_row(y_backward, reversed, next, p, H);
     });
     std::swap(x_forward, next);
     x_backward.resize({total, W});
-    each_step([&](std::int32_t, std::int32_t, std::int64_t p, std::int64_t reversed) {
+    packing.each_step([&](std::int32_t, std::int32_t, std::int64_t p, std::int64_t reversed) {
       copy_row(x_forward, reversed, x_backward, p);
     });
   }
-
-  // Batch-major memory for the attention, in the rows' own order; the top layer's final states.
-  each_step([&](std::int32_t t, std::int32_t s, std::int64_t p, std::int64_t) {
-    copy_row(x_forward, p, out.memory, static_cast<std::int64_t>(row_of[s]) * T + t);
+  // Batch-major memory for the attention, in the rows' own order.
+  packing.each_step([&](std::int32_t t, std::int32_t s, std::int64_t p, std::int64_t) {
+    copy_row(x_forward, p, out.memory, std::int64_t{packing.row_of[s]} * T + t);
   });
-  for (std::int32_t s = 0; s < B; ++s) {
-    if (len[s] == 0) continue;
-    const std::int64_t last = at(len[s] - 1, s);
-    copy_row(y_forward, last, out.final_state, row_of[s]);
-    copy_row(y_backward, last, out.final_state, row_of[s], H);
-  }
-  return out;
 }
 
 }  // namespace masque::rnn

@@ -1,19 +1,19 @@
 // The bidirectional recurrent encoder (torch nn.LSTM / nn.GRU with bidirectional=True), run
 // so that padding never reaches a real state.
 //
-// oneDNN has no packed sequences. Right padding is harmless to the forward direction (pads come
-// after every real step, and their outputs are dropped), but the backward direction would start
-// from the pads. So each layer runs two left-to-right primitives: the forward one on the tokens
-// as given, the backward one on each row's real tokens reversed (row b's step t is token
-// len_b - 1 - t); the outputs are put back in source order and concatenated, which is the next
-// layer's input. Rows are sorted longest first and kept in torch's packed-sequence layout
-// (RnnLayer::run): pads are neither stored nor computed. Cost: a primitive call per distinct
-// length per layer and direction, and a copy of each layer's output.
+// Rows are sorted longest first and kept in torch's packed-sequence layout (RnnLayer::run):
+// pads are neither stored nor computed. The backward direction runs left to right on each row's
+// real tokens reversed (row b's step t is token len_b - 1 - t). In f32 and int8 a layer's input
+// gates for each direction are one product over its input in source order, the backward
+// direction reading its rows reversed, and both recurrences write their states straight into
+// the next layer's input (RnnLayer::recur), the top layer's into the memory: nothing is copied
+// between layers. In bf16 oneDNN's primitives compute the gates inside, so each direction's
+// input is laid out in its own order and each layer's outputs are interleaved into the next
+// layer's input.
 //
 // The first layer's input is an embedding row, so its input gates W_ih e + b depend on the token
 // alone: when they fit the budget given, they are computed once for every source token and
-// direction (RnnLayer::input_gates) and a token costs a row copy instead of a product; that
-// layer's recurrence then runs on its Linears at any batch (RnnLayer::run_from_gates).
+// direction (RnnLayer::input_gates) and a token costs a table row instead of a product.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +52,10 @@ class Encoder {
   EncoderOutput encode(const std::vector<std::vector<TokenId>>& rows) const;
 
  private:
+  struct Packing;
+  void encode_on_linears(const Packing& packing, EncoderOutput& out) const;
+  void encode_on_primitives(const Packing& packing, EncoderOutput& out) const;
+
   Tensor embeddings_;  // [source vocab, E]
   // [source vocab, gate_width()]: the first layer's input gates per token, each direction; or
   // empty (not within the budget).

@@ -189,35 +189,51 @@ struct RnnLayer::Impl {
   // Used in int8 (any row count), and in f32 for one row (a source encoded alone): the
   // primitive's brgemm is built for many rows, and at one row it reads the recurrent weights at a
   // fraction of the cache's bandwidth, where libmasque's one-row kernel streams them
-  // (Linear::streams_one_row). In f32 at batch 32 it is no faster than the primitives (bench/rnn:
-  // GRU 31-33 against 30-32 ms, LSTM 39 against 38-39).
+  // (Linear::streams_one_row).
   void run_packed(std::span<const std::int32_t> lengths, const float* x, float* y) const {
     std::int64_t total = 0;
     for (const std::int32_t n : lengths) total += n;
+    const std::int64_t H = hidden, G = gates;
     thread_local std::vector<float> xg_buffer;
-    float* xg = grown(xg_buffer, static_cast<std::size_t>(total * gates * hidden));
+    float* xg = grown(xg_buffer, static_cast<std::size_t>(total * G * H));
     input.forward(x, total, xg);
-    recur(lengths, xg, y);
+    thread_local std::vector<const float*> xg_rows;
+    thread_local std::vector<float*> y_rows;
+    xg_rows.resize(static_cast<std::size_t>(total));
+    y_rows.resize(xg_rows.size());
+    for (std::int64_t p = 0; p < total; ++p) {
+      xg_rows[p] = xg + p * G * H;
+      y_rows[p] = y + p * H;
+    }
+    recur(lengths, xg_rows, y_rows);
   }
 
-  // The recurrence of run_packed() from its input gates xg [total][G*H].
-  void recur(std::span<const std::int32_t> lengths, const float* xg, float* y) const {
+  // The recurrence from the input gates of each packed row (RnnLayer::recur): per step W_hh h
+  // over the rows still running, then the cell per row. The state lives in two buffers of the
+  // batch's rows (a step's rows are a prefix of the previous step's); each new state is also
+  // copied to its row's destination.
+  void recur(std::span<const std::int32_t> lengths, std::span<const float* const> xg_rows,
+             std::span<float* const> y_rows) const {
     const std::int64_t H = hidden, G = gates;
     const std::vector<std::int64_t> offsets = packed_offsets(lengths);
     const std::int32_t steps = lengths[0];
     const std::size_t batch = lengths.size();
-    thread_local std::vector<float> hg_buffer, c_buffer, zeros;
+    thread_local std::vector<float> hg_buffer, c_buffer, h_buffer;
     float* hg = grown(hg_buffer, batch * G * H);
     float* c = grown(c_buffer, batch * H);
+    float* h = grown(h_buffer, 2 * batch * H);
     std::fill_n(c, batch * H, 0.0f);
-    zeros.assign(batch * H, 0.0f);
-    const float* h = zeros.data();  // the previous step's rows; this step's are their prefix
+    std::fill_n(h, batch * H, 0.0f);
     for (std::int32_t t = 0; t < steps; ++t) {
       const std::int64_t rows = offsets[t + 1] - offsets[t];
-      recurrent.forward(h, rows, hg);
-      float* out = y + offsets[t] * H;
-      cells(rows, xg + offsets[t] * G * H, hg, h, c, out);
-      h = out;
+      const float* h_in = h + (t & 1) * batch * H;
+      float* h_out = h + ((t & 1) ^ 1) * batch * H;
+      recurrent.forward(h_in, rows, hg);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t p = offsets[t] + r;
+        cell_row(xg_rows[p], hg + r * G * H, h_in + r * H, c + r * H, h_out + r * H);
+        std::copy_n(h_out + r * H, H, y_rows[p]);
+      }
     }
   }
 
@@ -235,20 +251,18 @@ struct RnnLayer::Impl {
     input.forward(x, rows, xg);
     recurrent.forward(h, rows, hg);
     if (cell == Cell::lstm) std::copy_n(c, rows * H, c_out);
-    cells(rows, xg, hg, h, c_out, h_out);
+    for (std::int64_t r = 0; r < rows; ++r)
+      cell_row(xg + r * G * H, hg + r * G * H, h + r * H, c_out ? c_out + r * H : nullptr,
+               h_out + r * H);
   }
 
-  // The cell on `rows` rows: xg, hg [rows][G*H] (the two products), h [rows][H] the state they
-  // came from; the LSTM's cell state c [rows][H] is updated in place. h_out [rows][H].
-  void cells(std::int64_t rows, const float* xg, const float* hg, const float* h, float* c,
-             float* h_out) const {
-    const std::int64_t H = hidden, G = gates;
-    for (std::int64_t r = 0; r < rows; ++r) {
-      if (cell == Cell::lstm)
-        lstm_cell(xg + r * G * H, hg + r * G * H, H, c + r * H, h_out + r * H);
-      else
-        gru_cell(xg + r * G * H, hg + r * G * H, h + r * H, H, h_out + r * H);
-    }
+  // The cell on one row: xg, hg [G*H] (the two products), h [H] the state they came from; the
+  // LSTM's cell state c [H] is updated in place (the GRU has none: c unused). h_out [H].
+  void cell_row(const float* xg, const float* hg, const float* h, float* c, float* h_out) const {
+    if (cell == Cell::lstm)
+      lstm_cell(xg, hg, hidden, c, h_out);
+    else
+      gru_cell(xg, hg, h, hidden, h_out);
   }
 
   // h, c, h_out, c_out: null for a run from the zero state whose final state is not wanted.
@@ -395,11 +409,11 @@ void RnnLayer::input_gates(const float* x, std::int64_t rows, float* xg) const {
   impl_->input.forward(x, rows, xg);
 }
 
-void RnnLayer::run_from_gates(std::span<const std::int32_t> lengths, const float* xg,
-                              float* y) const {
+void RnnLayer::recur(std::span<const std::int32_t> lengths, std::span<const float* const> xg_rows,
+                     std::span<float* const> y_rows) const {
   if (!has_input_gates()) throw RuntimeError("rnn-seq2seq: no input gates in bf16");
   if (lengths.empty() || lengths[0] == 0) return;
-  impl_->recur(lengths, xg, y);
+  impl_->recur(lengths, xg_rows, y_rows);
 }
 
 std::vector<std::int64_t> packed_offsets(std::span<const std::int32_t> lengths) {

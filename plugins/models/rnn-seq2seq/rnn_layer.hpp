@@ -53,8 +53,12 @@ class RnnLayer {
   // The layer's Linears (`prefix`.input, `prefix`.recurrent), where it runs on them (f32 and
   // int8; bf16 runs on oneDNN's RNN primitive: none).
   void list_linears(const std::string& prefix, LinearList& out) const;
-  // run() from precomputed input gates: xg [total][gate_width()] in the packed layout.
-  void run_from_gates(std::span<const std::int32_t> lengths, const float* xg, float* y) const;
+  // run() on rows anywhere in memory (f32 and int8): packed row p's input gates are read at
+  // xg_rows[p] (gate_width() floats, as input_gates() computes them) and its hidden state is
+  // written to y_rows[p] (H floats). The bidirectional encoder reads the backward direction's
+  // gates in reverse and writes both directions straight into the next layer's input.
+  void recur(std::span<const std::int32_t> lengths, std::span<const float* const> xg_rows,
+             std::span<float* const> y_rows) const;
 
   // A packed sequence of rows from a zero state: row b runs lengths[b] steps, the rows sorted
   // longest first; x [total][in] -> y [total][H] (the hidden state after each step), both in

@@ -62,9 +62,9 @@ const masque::ParamSpec kParams[] = {
      .default_value = "256",
      .help = "the first encoder layer's input gates W_ih e + b depend on the source token alone: "
              "when the tables of them (source vocabulary x 2 directions x gates x hidden floats) "
-             "take at most this many MiB, they are computed once at load and a token costs a "
-             "row copy instead of a product (the same numbers; f32 and int8, not bf16). 0: "
-             "never"},
+             "take at most this many MiB, they are computed once at load and a token's gates "
+             "are read from them instead of computed (the same numbers; f32 and int8, not "
+             "bf16). 0: never"},
 };
 
 const masque::PluginDescriptor* descriptor() {
