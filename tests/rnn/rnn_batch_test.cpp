@@ -73,9 +73,9 @@ TEST_CASE("rnn-seq2seq: a batch of mixed lengths equals one record at a time", "
 
 TEST_CASE("rnn-seq2seq: the encoder's input-gate tables change no result", "[rnn]") {
   // The fixtures' vocabularies are small, so the tables are on by default; gate_table_mib 0
-  // computes the first layer's input gates per call instead (in f32 at batch > 1, on oneDNN's
-  // RNN primitive).
-  const std::string dtype = GENERATE(as<std::string>{}, "f32", "int8");
+  // computes the first layer's input gates per call instead (one product over the batch).
+  const std::string dtype = GENERATE(as<std::string>{}, "f32", "bf16", "int8");
+  if (dtype == "bf16" && !test::cpu_has_bf16_matmuls()) return;  // rnn_bf16_test: the error
   for (const std::string& name : dtype == "int8" ? wide_fixture_names() : fixture_names()) {
     const auto tables = load_model(name, dtype);
     const auto per_call = load_model(name, dtype, 0);
@@ -93,8 +93,9 @@ TEST_CASE("rnn-seq2seq: the encoder's input-gate tables change no result", "[rnn
         for (std::size_t v = 0; v < a[r][s].size(); ++v)
           worst = std::max(worst, double{std::abs(a[r][s][v] - b[r][s][v])});
     INFO(name << " " << dtype << ": worst |logit with tables - logit without| = " << worst);
-    // The same products on the same rows: only the GEMM blocking of another row count differs.
-    CHECK(worst < 1e-5);
+    // The same products on the same rows: only the GEMM blocking of another row count differs
+    // (in bf16 and int8 that rounding may tip a later rounding, as in a batch).
+    CHECK(worst < (dtype == "f32" ? 1e-5 : kLowPrecisionBatchTolerance));
   }
   CHECK_THROWS_WITH(load_model("gru-luong", "f32", -5),
                     Catch::Contains("gate_table_mib must be >= 0"));

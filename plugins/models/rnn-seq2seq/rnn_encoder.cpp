@@ -1,7 +1,6 @@
 #include "rnn_encoder.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 #include <string>
 
@@ -14,9 +13,7 @@ Encoder::Encoder(Tensor embeddings, std::vector<EncoderLayer> layers, std::int64
     : embeddings_(std::move(embeddings)), layers_(std::move(layers)) {
   const EncoderLayer& first = layers_.front();
   const std::int64_t vocab = embeddings_.dim(0), width = first.forward.gate_width();
-  if (!first.forward.has_input_gates() ||
-      2 * vocab * width * static_cast<std::int64_t>(sizeof(float)) > gate_table_bytes)
-    return;
+  if (2 * vocab * width * static_cast<std::int64_t>(sizeof(float)) > gate_table_bytes) return;
   gate_table_forward_ = Tensor({vocab, width});
   gate_table_backward_ = Tensor({vocab, width});
   first.forward.input_gates(embeddings_.f32(), vocab, gate_table_forward_.f32());
@@ -31,7 +28,7 @@ void Encoder::list_linears(LinearList& out) const {
   }
 }
 
-// The batch's rows in torch's packed-sequence layout (RnnLayer::run): slot s holds row row_of[s]
+// The batch's rows in torch's packed-sequence layout (RnnLayer::recur): slot s holds row row_of[s]
 // (slots sorted longest first), of length len[s]; its step t is packed row at(t, s). Both
 // directions have the same lengths, the backward one reading each row's tokens reversed: its
 // packed row p holds the token of forward packed row reversed[p].
@@ -93,10 +90,7 @@ EncoderOutput Encoder::encode(const std::vector<std::vector<TokenId>>& rows) con
               out.memory.f32() + std::int64_t{b + 1} * T * W, 0.0f);
   if (B == 0 || T == 0) return out;
   const Packing packing(rows);
-  if (layers_.front().forward.has_input_gates())
-    encode_on_linears(packing, out);
-  else
-    encode_on_primitives(packing, out);
+  run_layers(packing, out);
   // The top layer's final states: forward after the last token, backward after the first.
   const std::int64_t H = hidden_size();
   for (std::int32_t b = 0; b < B; ++b) {
@@ -109,11 +103,11 @@ EncoderOutput Encoder::encode(const std::vector<std::vector<TokenId>>& rows) con
   return out;
 }
 
-// f32 and int8: each layer's input gates for both directions come from one product each over
-// the layer's input in forward order (or from the first layer's tables), the backward direction
-// reading its rows reversed; the recurrences write their states straight into the next layer's
-// input, and the top layer's into the memory. No row is copied between layers.
-void Encoder::encode_on_linears(const Packing& packing, EncoderOutput& out) const {
+// Each layer's input gates for both directions come from one product each over the layer's
+// input in source order (or from the first layer's tables), the backward direction reading its
+// rows reversed; the recurrences write their states straight into the next layer's input, and
+// the top layer's into the memory. No row is copied between layers.
+void Encoder::run_layers(const Packing& packing, EncoderOutput& out) const {
   const std::int64_t total = packing.total, H = hidden_size(), W = 2 * H;
   const std::int32_t T = out.length;
   // Scratch kept per thread: fresh buffers of a batch's size cost page faults on every call.
@@ -130,8 +124,22 @@ void Encoder::encode_on_linears(const Packing& packing, EncoderOutput& out) cons
   packing.each_step([&](std::int32_t t, std::int32_t s, std::int64_t p, std::int64_t) {
     memory_rows[p] = out.memory.f32() + (std::int64_t{packing.row_of[s]} * T + t) * W;
   });
+  // The input products run on the batch's tokens rounded up (product_rows()); the extra rows
+  // of the input are zero and their gates unread.
+  const std::int64_t rows = product_rows(total);
+  const auto pad_input = [&] {
+    std::fill(layer_input.f32() + total * layer_input.dim(1),
+              layer_input.f32() + rows * layer_input.dim(1), 0.0f);
+  };
   const bool tables = has_gate_tables();
-  if (!tables) embedding(embeddings_, packing.ids, layer_input);
+  if (!tables) {
+    const std::int64_t E = embeddings_.dim(1);
+    layer_input.resize({rows, E});
+    for (std::int64_t p = 0; p < total; ++p)
+      std::copy_n(embeddings_.f32() + std::int64_t{packing.ids[p]} * E, E,
+                  layer_input.f32() + p * E);
+    pad_input();
+  }
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const EncoderLayer& layer = layers_[l];
     const std::int64_t G = layer.forward.gate_width();
@@ -144,10 +152,10 @@ void Encoder::encode_on_linears(const Packing& packing, EncoderOutput& out) cons
         backward_gates[p] = backward_base + std::int64_t{ids[packing.reversed[p]]} * G;
       }
     } else {
-      gates_forward.resize({total, G});
-      gates_backward.resize({total, G});
-      layer.forward.input_gates(layer_input.f32(), total, gates_forward.f32());
-      layer.backward.input_gates(layer_input.f32(), total, gates_backward.f32());
+      gates_forward.resize({rows, G});
+      gates_backward.resize({rows, G});
+      layer.forward.input_gates(layer_input.f32(), rows, gates_forward.f32());
+      layer.backward.input_gates(layer_input.f32(), rows, gates_backward.f32());
       for (std::int64_t p = 0; p < total; ++p) {
         forward_gates[p] = gates_forward.f32() + p * G;
         backward_gates[p] = gates_backward.f32() + packing.reversed[p] * G;
@@ -155,7 +163,10 @@ void Encoder::encode_on_linears(const Packing& packing, EncoderOutput& out) cons
     }
     // The input has been read: the states overwrite it, or go to the memory at the top.
     const bool top = l + 1 == layers_.size();
-    if (!top) layer_input.resize({total, W});
+    if (!top) {
+      layer_input.resize({rows, W});
+      pad_input();
+    }
     const auto destination = [&](std::int64_t p) {
       return top ? memory_rows[p] : layer_input.f32() + p * W;
     };
@@ -166,48 +177,6 @@ void Encoder::encode_on_linears(const Packing& packing, EncoderOutput& out) cons
     layer.forward.recur(packing.len, forward_gates, forward_out);
     layer.backward.recur(packing.len, backward_gates, backward_out);
   }
-}
-
-// bf16: oneDNN's primitives compute the input gates inside, reading each direction's input in
-// its own step order: the backward direction's input is the forward one's rows reversed, and
-// each layer's two outputs are interleaved into the next layer's input.
-void Encoder::encode_on_primitives(const Packing& packing, EncoderOutput& out) const {
-  const std::int64_t total = packing.total, H = hidden_size(), W = 2 * H;
-  const std::int32_t T = out.length;
-  thread_local std::vector<TokenId> backward_ids;
-  backward_ids.resize(static_cast<std::size_t>(total));
-  for (std::int64_t p = 0; p < total; ++p) backward_ids[p] = packing.ids[packing.reversed[p]];
-  thread_local Tensor x_forward, x_backward, y_forward, y_backward, next;
-  embedding(embeddings_, packing.ids, x_forward);
-  embedding(embeddings_, backward_ids, x_backward);
-  y_forward.resize({total, H});
-  y_backward.resize({total, H});
-  // Row p of `from` into row q of `to` (rows: the last dimension), from `column` on.
-  const auto copy_row = [](const Tensor& from, std::int64_t p, Tensor& to, std::int64_t q,
-                           std::int64_t column = 0) {
-    const std::int64_t width = from.dim(-1);
-    std::memcpy(to.f32() + q * to.dim(-1) + column, from.f32() + p * width, width * sizeof(float));
-  };
-  for (const EncoderLayer& layer : layers_) {
-    layer.forward.run(packing.len, x_forward.f32(), y_forward.f32());
-    layer.backward.run(packing.len, x_backward.f32(), y_backward.f32());
-    // The next input at step t: [forward(t) | backward(t)], the backward state of token t being
-    // step len - 1 - t of the reversed run; and the same reversed for the backward direction.
-    next.resize({total, W});
-    packing.each_step([&](std::int32_t, std::int32_t, std::int64_t p, std::int64_t reversed) {
-      copy_row(y_forward, p, next, p);
-      copy_row(y_backward, reversed, next, p, H);
-    });
-    std::swap(x_forward, next);
-    x_backward.resize({total, W});
-    packing.each_step([&](std::int32_t, std::int32_t, std::int64_t p, std::int64_t reversed) {
-      copy_row(x_forward, reversed, x_backward, p);
-    });
-  }
-  // Batch-major memory for the attention, in the rows' own order.
-  packing.each_step([&](std::int32_t t, std::int32_t s, std::int64_t p, std::int64_t) {
-    copy_row(x_forward, p, out.memory, std::int64_t{packing.row_of[s]} * T + t);
-  });
 }
 
 }  // namespace masque::rnn

@@ -1,15 +1,12 @@
 // The bidirectional recurrent encoder (torch nn.LSTM / nn.GRU with bidirectional=True), run
 // so that padding never reaches a real state.
 //
-// Rows are sorted longest first and kept in torch's packed-sequence layout (RnnLayer::run):
+// Rows are sorted longest first and kept in torch's packed-sequence layout (RnnLayer::recur):
 // pads are neither stored nor computed. The backward direction runs left to right on each row's
-// real tokens reversed (row b's step t is token len_b - 1 - t). In f32 and int8 a layer's input
-// gates for each direction are one product over its input in source order, the backward
-// direction reading its rows reversed, and both recurrences write their states straight into
-// the next layer's input (RnnLayer::recur), the top layer's into the memory: nothing is copied
-// between layers. In bf16 oneDNN's primitives compute the gates inside, so each direction's
-// input is laid out in its own order and each layer's outputs are interleaved into the next
-// layer's input.
+// real tokens reversed (row b's step t is token len_b - 1 - t). A layer's input gates for each
+// direction are one product over its input in source order, the backward direction reading its
+// rows reversed, and both recurrences write their states straight into the next layer's input,
+// the top layer's into the memory: nothing is copied between layers.
 //
 // The first layer's input is an embedding row, so its input gates W_ih e + b depend on the token
 // alone: when they fit the budget given, they are computed once for every source token and
@@ -40,7 +37,7 @@ class Encoder {
  public:
   Encoder() = default;
   // gate_table_bytes: the most the first layer's input-gate tables (vocab x 2 directions x
-  // gate_width() floats) may take; beyond it (or in bf16) the gates are computed per call.
+  // gate_width() floats) may take; beyond it the gates are computed per call.
   Encoder(Tensor embeddings, std::vector<EncoderLayer> layers, std::int64_t gate_table_bytes);
 
   std::int64_t hidden_size() const { return layers_.front().forward.hidden_size(); }
@@ -53,8 +50,7 @@ class Encoder {
 
  private:
   struct Packing;
-  void encode_on_linears(const Packing& packing, EncoderOutput& out) const;
-  void encode_on_primitives(const Packing& packing, EncoderOutput& out) const;
+  void run_layers(const Packing& packing, EncoderOutput& out) const;
 
   Tensor embeddings_;  // [source vocab, E]
   // [source vocab, gate_width()]: the first layer's input gates per token, each direction; or

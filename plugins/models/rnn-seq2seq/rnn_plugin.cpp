@@ -1,6 +1,7 @@
 // Model plugin `rnn-seq2seq`: LSTM/GRU encoder-decoders with Bahdanau or Luong attention and
-// input feeding (OpenNMT-py / Nematus-style RNN translation models), on oneDNN's RNN
-// primitives. config.json keys and tensor names: README.md.
+// input feeding (OpenNMT-py / Nematus-style RNN translation models), on oneDNN: matmuls and a
+// vectorized cell, the LSTM's batched steps and training on its RNN primitives. config.json
+// keys and tensor names: README.md.
 #include <string>
 
 #include "masque/error.hpp"
@@ -43,11 +44,11 @@ const masque::ParamSpec kParams[] = {
      .type = masque::ParamType::string,
      .default_value = "f32",
      .help = "type of the inputs and weights of every product (recurrent layers, attention "
-             "projections, output layer; accumulation, the LSTM cell state, attention scores "
-             "and logits stay f32): f32 (exact); bf16 for half the weight memory and AVX-512 "
-             "BF16 / AMX speed at about 3 significant digits (the hidden states pass from step "
-             "to step in bfloat16; log-probs moved by up to 0.01 (LSTM) and 0.05 (GRU) nats on "
-             "the test models, and greedy outputs can change where two tokens are close; needs "
+             "projections, output layer; accumulation, the hidden and cell states, attention "
+             "scores and logits stay f32): f32 (exact); bf16 for half the weight memory and "
+             "AVX-512 BF16 / AMX speed at about 3 significant digits (log-probs moved by up to "
+             "0.01 (LSTM) and 0.03 (GRU) nats on the test models, and greedy outputs can "
+             "change where two tokens are close; needs "
              "AVX-512, elsewhere loading fails with a clear error; inference only: training "
              "runs f32); int8 for a quarter of the weight memory and VNNI / AMX int8 speed at "
              "about 2 significant digits: every product whose shape passes libmasque's int8 "
@@ -75,7 +76,9 @@ const masque::PluginDescriptor* descriptor() {
       .license = "MIT",
       .description =
           "LSTM/GRU encoder-decoder with Bahdanau or Luong attention (bidirectional encoder, "
-          "input feeding) on oneDNN's RNN primitives; decodes step by step via the seq2seq task",
+          "input feeding) on oneDNN (matmuls, RNN primitives); decodes step by step via the "
+          "seq2seq "
+          "task",
       .params = kParams,
       .num_params = sizeof(kParams) / sizeof(kParams[0]),
       .create = create,
