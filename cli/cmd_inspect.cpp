@@ -7,6 +7,8 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -283,10 +285,22 @@ void print_text(const json& j) {
                     : "",
                 t["vocab_size"].get<int>());
   std::printf("tasks           %s\n", j["tasks"].empty() ? "(none)" : join(j["tasks"]).c_str());
-  const char* label = "not runnable    ";  // on the first line only
+  // Tasks that cannot run for the same reason (a folder without a tokenizer: all of them) share
+  // a line.
+  std::vector<std::pair<std::string, json>> by_reason;
   const json unavailable = j.value("unavailable_tasks", json::object());
   for (const auto& [task, reason] : unavailable.items()) {
-    std::printf("%s%s: %s\n", label, task.c_str(), reason.get<std::string>().c_str());
+    const std::string why = reason.get<std::string>();
+    const auto same = std::find_if(by_reason.begin(), by_reason.end(),
+                                   [&](const auto& entry) { return entry.first == why; });
+    if (same == by_reason.end())
+      by_reason.emplace_back(why, json::array({task}));
+    else
+      same->second.push_back(task);
+  }
+  const char* label = "not runnable    ";  // on the first line only
+  for (const auto& [why, tasks] : by_reason) {
+    std::printf("%s%s: %s\n", label, join(tasks).c_str(), why.c_str());
     label = "                ";
   }
   if (j.contains("matmuls"))

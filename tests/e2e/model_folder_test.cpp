@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "masque/transformer/model.hpp"
 #include "test_support.hpp"
@@ -250,6 +251,24 @@ TEST_CASE("inspect: the BERT and encoder-decoder folders", "[e2e][inspect]") {
       run_masque({"run", "--task", "lm-score", "--model", model("aren-transliteration")}, "a b\n");
   CHECK(score.exit_code == 2);
   CHECK_THAT(score.err, Catch::Contains("encoder-decoder"));
+}
+
+TEST_CASE("inspect: tasks that cannot run for one reason share a line", "[e2e][inspect]") {
+  // stories260k's weights without its tokenizer: no task can run, all for that reason.
+  const auto dir = scratch_dir("inspect_no_tokenizer");
+  for (const char* file : {"config.json", "model.safetensors"})
+    std::filesystem::create_symlink(std::filesystem::path(model("stories260k")) / file, dir / file);
+  const auto r = run_masque({"inspect", dir.string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto count = [&](const std::string& text) {
+    std::size_t n = 0;
+    for (auto at = r.out.find(text); at != std::string::npos; at = r.out.find(text, at + 1)) ++n;
+    return n;
+  };
+  CHECK(count("not runnable    classify, embed, fill, forward, lm-generate, lm-score, ") == 1);
+  CHECK(count("(found: config.json, model.safetensors)") == 1);
+  CHECK_THAT(r.out, Catch::Contains("tasks           (none)"));
 }
 
 TEST_CASE("inspect: a bad folder is a clear error", "[e2e][inspect]") {
