@@ -69,6 +69,13 @@ constexpr std::int64_t kParallelMinRows = 16;
 constexpr double kParallelMinWeightBytes = 1 << 19;
 // Primitives kept per layer; beyond this the cache starts afresh (row counts are usually few).
 constexpr std::size_t kMaxCachedPrimitives = 256;
+// A primitive is created per row count (with its own JIT kernels, up to ~1 MB in bf16), and
+// the products over a batch's tokens (scoring, prefill, an encoder) see a new count with almost
+// every batch: above kSplitRows rows a product runs as a multiple of kRowQuantum rows and the
+// rest, so a corpus reuses a few dozen primitives instead of keeping hundreds. Decoding steps
+// (fewer rows) keep one call.
+constexpr std::int64_t kSplitRows = 256;
+constexpr std::int64_t kRowQuantum = 32;
 // The deepest bf16 product whose result oneDNN 2.6 computes the same way for every row count
 // (measured with AMX; see Parts above).
 constexpr std::int64_t kMaxBf16Depth = 1024;
@@ -677,6 +684,12 @@ std::pair<const std::int8_t*, const float*> Linear::Impl::to_s8(const float* x,
 void Linear::forward(const float* x, std::int64_t rows, float* y) const {
   if (!impl_) throw RuntimeError("Linear used before construction");
   if (rows <= 0) return;
+  if (rows > kSplitRows && rows % kRowQuantum != 0) {
+    const std::int64_t head = rows / kRowQuantum * kRowQuantum;
+    forward(x, head, y);
+    forward(x + head * impl_->in, rows - head, y + head * impl_->out);
+    return;
+  }
   // Small products are over before a second thread wakes up, and memory-bound ones (few rows)
   // only gain from it when they stream much memory: those run on this thread (and get
   // primitives created for one thread).

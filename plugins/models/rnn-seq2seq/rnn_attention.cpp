@@ -1,7 +1,6 @@
 #include "rnn_attention.hpp"
 
 #include "fast_tanh.hpp"
-#include "rnn_layer.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -24,21 +23,18 @@ Tensor Attention::keys(const Tensor& memory, std::span<const std::int32_t> lengt
   Tensor keys = Tensor::zeros({B * T, A});  // a pad's key is never read
   const std::int64_t real = std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0});
   if (real == 0) return keys;
-  if (real == B * T && product_rows(real) == real) {
+  if (real == B * T) {
     w_.key.forward(memory.f32(), real, keys.f32());
     return keys;
   }
   // Only the real positions: the products of the pads would be thrown away. (Scratch kept per
   // thread: fresh buffers of a batch's size cost page faults on every call.)
-  // The product runs on product_rows() rows: the extra ones are zero and their keys unread.
   thread_local Tensor packed, packed_keys;
-  const std::int64_t rows = product_rows(real);
-  packed.resize({rows, M});
-  packed_keys.resize({rows, A});
+  packed.resize({real, M});
+  packed_keys.resize({real, A});
   for (std::int64_t b = 0, r = 0; b < B; r += lengths[b], ++b)
     std::memcpy(packed.f32() + r * M, memory.f32() + b * T * M, lengths[b] * M * sizeof(float));
-  std::fill(packed.f32() + real * M, packed.f32() + rows * M, 0.0f);
-  w_.key.forward(packed.f32(), rows, packed_keys.f32());
+  w_.key.forward(packed.f32(), real, packed_keys.f32());
   for (std::int64_t b = 0, r = 0; b < B; r += lengths[b], ++b)
     std::memcpy(keys.f32() + b * T * A, packed_keys.f32() + r * A, lengths[b] * A * sizeof(float));
   return keys;

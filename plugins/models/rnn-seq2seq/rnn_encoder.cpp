@@ -124,22 +124,8 @@ void Encoder::run_layers(const Packing& packing, EncoderOutput& out) const {
   packing.each_step([&](std::int32_t t, std::int32_t s, std::int64_t p, std::int64_t) {
     memory_rows[p] = out.memory.f32() + (std::int64_t{packing.row_of[s]} * T + t) * W;
   });
-  // The input products run on the batch's tokens rounded up (product_rows()); the extra rows
-  // of the input are zero and their gates unread.
-  const std::int64_t rows = product_rows(total);
-  const auto pad_input = [&] {
-    std::fill(layer_input.f32() + total * layer_input.dim(1),
-              layer_input.f32() + rows * layer_input.dim(1), 0.0f);
-  };
   const bool tables = has_gate_tables();
-  if (!tables) {
-    const std::int64_t E = embeddings_.dim(1);
-    layer_input.resize({rows, E});
-    for (std::int64_t p = 0; p < total; ++p)
-      std::copy_n(embeddings_.f32() + std::int64_t{packing.ids[p]} * E, E,
-                  layer_input.f32() + p * E);
-    pad_input();
-  }
+  if (!tables) embedding(embeddings_, packing.ids, layer_input);
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const EncoderLayer& layer = layers_[l];
     const std::int64_t G = layer.forward.gate_width();
@@ -152,10 +138,10 @@ void Encoder::run_layers(const Packing& packing, EncoderOutput& out) const {
         backward_gates[p] = backward_base + std::int64_t{ids[packing.reversed[p]]} * G;
       }
     } else {
-      gates_forward.resize({rows, G});
-      gates_backward.resize({rows, G});
-      layer.forward.input_gates(layer_input.f32(), rows, gates_forward.f32());
-      layer.backward.input_gates(layer_input.f32(), rows, gates_backward.f32());
+      gates_forward.resize({total, G});
+      gates_backward.resize({total, G});
+      layer.forward.input_gates(layer_input.f32(), total, gates_forward.f32());
+      layer.backward.input_gates(layer_input.f32(), total, gates_backward.f32());
       for (std::int64_t p = 0; p < total; ++p) {
         forward_gates[p] = gates_forward.f32() + p * G;
         backward_gates[p] = gates_backward.f32() + packing.reversed[p] * G;
@@ -163,10 +149,7 @@ void Encoder::run_layers(const Packing& packing, EncoderOutput& out) const {
     }
     // The input has been read: the states overwrite it, or go to the memory at the top.
     const bool top = l + 1 == layers_.size();
-    if (!top) {
-      layer_input.resize({rows, W});
-      pad_input();
-    }
+    if (!top) layer_input.resize({total, W});
     const auto destination = [&](std::int64_t p) {
       return top ? memory_rows[p] : layer_input.f32() + p * W;
     };

@@ -28,15 +28,6 @@ namespace masque::rnn {
 // lengths[0] + 1 entries, the last being the total of the lengths.
 std::vector<std::int64_t> packed_offsets(std::span<const std::int32_t> lengths);
 
-// The row count a product over `rows` rows (a batch's tokens) runs on: rows rounded up to a
-// multiple of 32 above 32. A Linear creates a oneDNN primitive (with its own JIT kernels, up to
-// ~1 MB in bf16) per row count it sees, and a corpus's batches have hundreds of distinct token
-// counts: rounded, they have a few dozen, so memory stays low and the first batches create
-// fewer primitives, for at most 31 extra rows of arithmetic.
-inline std::int64_t product_rows(std::int64_t rows) {
-  return rows <= 32 ? rows : (rows + 31) / 32 * 32;
-}
-
 class RnnLayer {
  public:
   RnnLayer() = default;
