@@ -20,13 +20,16 @@ void Attention::list_linears(LinearList& out) const {
 Tensor Attention::keys(const Tensor& memory, std::span<const std::int32_t> lengths) const {
   const std::int64_t B = memory.dim(0), T = memory.dim(1), M = memory.dim(2);
   const std::int64_t A = w_.key.out_features();
-  Tensor keys = Tensor::zeros({B * T, A});  // a pad's key is never read
+  Tensor keys({B * T, A});
   const std::int64_t real = std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0});
-  if (real == 0) return keys;
   if (real == B * T) {
     w_.key.forward(memory.f32(), real, keys.f32());
     return keys;
   }
+  // A pad's key is never read; zeroed all the same, so that no garbage is ever in a tensor.
+  for (std::int64_t b = 0; b < B; ++b)
+    std::fill(keys.f32() + (b * T + lengths[b]) * A, keys.f32() + (b + 1) * T * A, 0.0f);
+  if (real == 0) return keys;
   // Only the real positions: the products of the pads would be thrown away. (Scratch kept per
   // thread: fresh buffers of a batch's size cost page faults on every call.)
   thread_local Tensor packed, packed_keys;

@@ -39,30 +39,37 @@ inline float sigmoid(float x) {
 }
 
 // torch's LSTM cell on one row, gates i f g o: xg = W_ih x + b_ih + b_hh, hg = W_hh h;
-// c <- f c + i g, h_out = o tanh(c).
+// c <- f c + i g, h_out = o tanh(c), also stored to `y` (a sequence's output row) when given.
 // The pointers do not alias (restrict: without it GCC does not vectorize the loop).
+template <bool kToY>
 MASQUE_VECTORIZE void lstm_cell(const float* __restrict__ xg, const float* __restrict__ hg,
-                                std::int64_t H, float* __restrict__ c, float* __restrict__ h_out) {
+                                std::int64_t H, float* __restrict__ c, float* __restrict__ h_out,
+                                float* __restrict__ y) {
   for (std::int64_t k = 0; k < H; ++k) {
     const float i = sigmoid(xg[k] + hg[k]);
     const float f = sigmoid(xg[H + k] + hg[H + k]);
     const float g = fast_tanh(xg[2 * H + k] + hg[2 * H + k]);
     const float o = sigmoid(xg[3 * H + k] + hg[3 * H + k]);
     c[k] = f * c[k] + i * g;
-    h_out[k] = o * fast_tanh(c[k]);
+    const float state = o * fast_tanh(c[k]);
+    h_out[k] = state;
+    if constexpr (kToY) y[k] = state;
   }
 }
 
 // torch's GRU cell on one row, gates r z n: xg = W_ih x + b_ih, hg = W_hh h + b_hh;
-// n = tanh(xg_n + r hg_n), h_out = (1 - z) n + z h.
+// n = tanh(xg_n + r hg_n), h_out = (1 - z) n + z h (and y, as above).
+template <bool kToY>
 MASQUE_VECTORIZE void gru_cell(const float* __restrict__ xg, const float* __restrict__ hg,
                                const float* __restrict__ h, std::int64_t H,
-                               float* __restrict__ h_out) {
+                               float* __restrict__ h_out, float* __restrict__ y) {
   for (std::int64_t k = 0; k < H; ++k) {
     const float r = sigmoid(xg[k] + hg[k]);
     const float z = sigmoid(xg[H + k] + hg[H + k]);
     const float n = fast_tanh(xg[2 * H + k] + r * hg[2 * H + k]);
-    h_out[k] = (1.0f - z) * n + z * h[k];
+    const float state = (1.0f - z) * n + z * h[k];
+    h_out[k] = state;
+    if constexpr (kToY) y[k] = state;
   }
 }
 
@@ -162,8 +169,8 @@ struct RnnLayer::Impl {
 
   // The recurrence from the input gates of each packed row (RnnLayer::recur): per step W_hh h
   // over the rows still running, then the cell per row. The state lives in two buffers of the
-  // batch's rows (a step's rows are a prefix of the previous step's); each new state is also
-  // copied to its row's destination.
+  // batch's rows (a step's rows are a prefix of the previous step's); the cell also stores each
+  // new state at its row's destination.
   void recur(std::span<const std::int32_t> lengths, std::span<const float* const> xg_rows,
              std::span<float* const> y_rows) const {
     const std::int64_t H = hidden, G = gates;
@@ -189,8 +196,7 @@ struct RnnLayer::Impl {
       recurrent.forward(h_in, rows, hg);
       for (std::int64_t r = 0; r < rows; ++r) {
         const std::int64_t p = offsets[t] + r;
-        cell_row(xg_rows[p], hg + r * G * H, h_in + r * H, c + r * H, h_out + r * H);
-        std::copy_n(h_out + r * H, H, y_rows[p]);
+        cell_row(xg_rows[p], hg + r * G * H, h_in + r * H, c + r * H, h_out + r * H, y_rows[p]);
       }
     }
   }
@@ -211,12 +217,16 @@ struct RnnLayer::Impl {
   }
 
   // The cell on one row: xg, hg [G*H] (the two products), h [H] the state they came from; the
-  // LSTM's cell state c [H] is updated in place (the GRU has none: c unused). h_out [H].
-  void cell_row(const float* xg, const float* hg, const float* h, float* c, float* h_out) const {
+  // LSTM's cell state c [H] is updated in place (the GRU has none: c unused). h_out [H], and a
+  // copy at y unless null.
+  void cell_row(const float* xg, const float* hg, const float* h, float* c, float* h_out,
+                float* y = nullptr) const {
     if (cell == Cell::lstm)
-      lstm_cell(xg, hg, hidden, c, h_out);
+      y ? lstm_cell<true>(xg, hg, hidden, c, h_out, y)
+        : lstm_cell<false>(xg, hg, hidden, c, h_out, y);
     else
-      gru_cell(xg, hg, h, hidden, h_out);
+      y ? gru_cell<true>(xg, hg, h, hidden, h_out, y)
+        : gru_cell<false>(xg, hg, h, hidden, h_out, y);
   }
 
   // One LSTM step of `rows` rows on the primitive.
