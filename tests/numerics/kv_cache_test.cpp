@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include "masque/error.hpp"
@@ -312,6 +314,39 @@ TEST_CASE("append_rows joins a new prefill after decoding rows and drops unused 
   step(toy, cache, fresh, {3});
   KvCache other(kLayers + 1, toy.dims.kv_heads, toy.dims.head_dim, 1);
   CHECK_THROWS_AS(cache.append_rows(std::move(other)), RuntimeError);
+}
+
+TEST_CASE("rows picked, replicated, dropped and joined at random keep their tokens",
+          "[numerics][kv_cache]") {
+  // Beam-search-like churn: rows keep their slots, replicated rows get copies in freed ones,
+  // the buffers grow and are compacted, new prefills join into free slots. Every step is
+  // checked against attending over each row's whole history.
+  const Toy toy;
+  std::mt19937 rng(7);
+  std::vector<std::vector<int>> rows{{1, 2, 3}, {4, 5}, {6}};
+  KvCache cache = prefill(toy, rows);
+  for (int round = 0; round < 60; ++round) {
+    INFO("round " << round);
+    const auto live = static_cast<std::int32_t>(rows.size());
+    std::vector<std::int32_t> pick;
+    const int count = std::uniform_int_distribution<int>(1, 6)(rng);
+    for (int i = 0; i < count; ++i)
+      pick.push_back(std::uniform_int_distribution<std::int32_t>(0, live - 1)(rng));
+    cache.select(pick);
+    std::vector<std::vector<int>> picked;
+    for (auto r : pick) picked.push_back(rows[r]);
+    rows = std::move(picked);
+    if (round % 7 == 3) {
+      std::vector<std::vector<int>> joining{{(round + 1) % kVocab, (round + 2) % kVocab},
+                                            {round % kVocab}};
+      cache.append_rows(prefill(toy, joining));
+      rows.insert(rows.end(), joining.begin(), joining.end());
+    }
+    std::vector<int> ids;
+    for (std::size_t b = 0; b < rows.size(); ++b)
+      ids.push_back(static_cast<int>((round * 5 + b * 3) % kVocab));
+    step(toy, cache, rows, ids);
+  }
 }
 
 TEST_CASE("append_rows joins cross-attention memories of different source lengths",

@@ -14,9 +14,11 @@
 //     attention(dims, cache.mask(), q, cache.keys(l), cache.values(l), out)
 //   cache.end(keep)   // keep = false: the tokens were queries that are not kept
 //
-// Cross-attention K/V (computed once from the encoder memory) live alongside, once per source:
-// rows map to their source's slot, so select() (beams replicated, reordered or dropped) never
-// copies them. A cache is used by one thread at a time.
+// Each row's K/V live in a slot of the layer's buffers, which the attention reads through a slot
+// map (SeqView::row_of): select() (beams reordered, replicated or dropped) moves no token a row
+// keeps, and copies a row's tokens only when a second row continues it (a replicated beam). Cross-
+// attention K/V (computed once from the encoder memory) live alongside, once per source: rows map
+// to their source's slot, so select() never copies them. A cache is used by one thread at a time.
 #pragma once
 
 #include <cstdint>
@@ -83,8 +85,8 @@ class BOOST_SYMBOL_VISIBLE KvCache {
   MaskView cross_mask(std::int32_t q_len) const;
 
   // ---- rows ---------------------------------------------------------------------------------
-  // New row i = old row rows[i] (beam reorder, replicate, drop). Not during an append. Keeping
-  // the first rows copies nothing.
+  // New row i = old row rows[i] (beam reorder, replicate, drop). Not during an append. Only a
+  // row picked a second time copies tokens (into a free slot).
   void select(std::span<const std::int32_t> rows);
   // An independent deep copy.
   KvCache fork() const;
@@ -101,10 +103,13 @@ class BOOST_SYMBOL_VISIBLE KvCache {
 
  private:
   void reserve(std::int32_t columns);
-  void truncate(std::int32_t rows);                      // rows past `rows` leave
-  KvCache shaped_like(std::int32_t rows) const;          // this cache's dimensions, no buffers yet
-  void move_tokens(std::span<const std::int32_t> rows);  // select() of the tokens' K/V
-  // append_rows: the tokens' K/V (spares 0 .. 2L-1, which select() uses too), then the encoder
+  void truncate(std::int32_t rows);              // rows past `rows` leave
+  KvCache shaped_like(std::int32_t rows) const;  // this cache's dimensions, no buffers yet
+  // select() of the tokens' K/V: each picked row keeps its slot, a row picked again gets a copy
+  // in a free one.
+  void assign_slots(std::span<const std::int32_t> rows);
+  void grow_slots(std::int32_t slots);  // the token buffers hold at least `slots` slots
+  // append_rows: the tokens' K/V (spares 0 .. 2L-1), then the encoder
   // memories (spares from 2L on).
   void join_tokens(const KvCache& other);
   void join_sources(const KvCache& other);
@@ -119,7 +124,9 @@ class BOOST_SYMBOL_VISIBLE KvCache {
   std::int32_t layers_ = 0, rows_ = 0, length_ = 0, pending_ = 0, capacity_ = 0;
   std::int64_t width_ = 0;
   std::int32_t window_ = 0;            // the prefill layout's sliding window, kept for the steps
-  std::vector<Tensor> keys_, values_;  // per layer [rows, capacity, width]
+  std::vector<Tensor> keys_, values_;  // per layer [token_slots_, capacity, width]
+  std::vector<std::int32_t> slot_of_;  // per row: its slot in keys_/values_ (distinct)
+  std::int32_t token_slots_ = 0;       // slots in keys_/values_ (0 before the first append)
   std::vector<std::int32_t> rank_;     // [rows, capacity]
   std::vector<TokenRole> role_;        // [rows, capacity]
   std::vector<std::int32_t> pending_positions_;          // [rows, pending]
@@ -133,7 +140,7 @@ class BOOST_SYMBOL_VISIBLE KvCache {
   // linger until the next append_rows.
   std::vector<std::int32_t> source_of_;
   std::int32_t slots_ = 0;     // slots in cross_keys_/cross_values_
-  std::vector<Tensor> spare_;  // buffers of the previous select, reused by the next
+  std::vector<Tensor> spare_;  // buffers a join replaced, reused by the next join
 };
 
 }  // namespace masque

@@ -1,4 +1,5 @@
-// KV cache: per layer [rows, capacity, width] keys and values plus per-column rank and role.
+// KV cache: per layer [slots, capacity, width] keys and values (row b in slot slot_of_[b]) plus
+// per row and column rank and role.
 #include "masque/kv_cache.hpp"
 
 #include <algorithm>
@@ -81,6 +82,7 @@ KvCache::KvCache(std::int32_t layers, std::int32_t kv_heads, std::int32_t head_d
   cross_values_.resize(layers);
   next_rank_.assign(rows, 0);
   next_position_.assign(rows, 0);
+  slot_of_ = identity(rows);
   source_of_ = identity(rows);
   slots_ = rows;
 }
@@ -101,15 +103,20 @@ void KvCache::reserve(std::int32_t columns) {
   if (columns <= capacity_) return;
   const std::int32_t cap = std::max({columns, 2 * capacity_, kMinCapacity});
   const auto rows = identity(rows_);
+  // The rows move to slots 0 .. rows - 1 of the new buffers; free slots are not kept.
   for (auto* buffers : {&keys_, &values_}) {
     for (auto& buffer : *buffers) {
-      Tensor grown({rows_, cap, width_});
-      if (length_ > 0) copy_rows(buffer.f32(), capacity_, grown.f32(), cap, width_, length_, rows);
+      Tensor grown;  // with spare slots for rows that select() replicates
+      reserve_rows(grown, {rows_, cap, width_});
+      if (length_ > 0 && !buffer.empty())
+        copy_rows(buffer.f32(), capacity_, grown.f32(), cap, width_, length_, slot_of_);
       buffer = std::move(grown);
     }
   }
   rank_ = gather_columns(rank_, capacity_, cap, length_, rows, 0);
   role_ = gather_columns(role_, capacity_, cap, length_, rows, TokenRole::pad);
+  slot_of_ = rows;
+  token_slots_ = rows_;
   capacity_ = cap;
 }
 
@@ -172,7 +179,7 @@ void KvCache::write(std::int32_t layer, SeqView k, SeqView v) {
   float* vd = values_[layer].f32();
   for (std::int32_t b = 0; b < rows_; ++b)
     for (std::int32_t t = 0; t < pending_; ++t) {
-      const std::int64_t at = (std::int64_t{b} * capacity_ + length_ + t) * width_;
+      const std::int64_t at = (std::int64_t{slot_of_[b]} * capacity_ + length_ + t) * width_;
       std::memcpy(kd + at, k.data + b * k.batch_stride + t * k.token_stride, bytes);
       std::memcpy(vd + at, v.data + b * v.batch_stride + t * v.token_stride, bytes);
     }
@@ -196,12 +203,14 @@ MaskView KvCache::mask() const {
 
 SeqView KvCache::keys(std::int32_t layer) const {
   check_layer(layer, "keys");
-  return {keys_[layer].empty() ? nullptr : keys_[layer].f32(), capacity_ * width_, width_};
+  return {keys_[layer].empty() ? nullptr : keys_[layer].f32(), capacity_ * width_, width_,
+          slot_of_.data()};
 }
 
 SeqView KvCache::values(std::int32_t layer) const {
   check_layer(layer, "values");
-  return {values_[layer].empty() ? nullptr : values_[layer].f32(), capacity_ * width_, width_};
+  return {values_[layer].empty() ? nullptr : values_[layer].f32(), capacity_ * width_, width_,
+          slot_of_.data()};
 }
 
 void KvCache::end(bool keep) {
@@ -293,7 +302,7 @@ void KvCache::select(std::span<const std::int32_t> rows) {
     truncate(n);
     return;
   }
-  move_tokens(rows);
+  assign_slots(rows);
   rank_ = gather_columns(rank_, capacity_, capacity_, length_, rows, 0);
   role_ = gather_columns(role_, capacity_, capacity_, length_, rows, TokenRole::pad);
   // The encoder memory stays where it is: rows only change which slot they read.
@@ -344,6 +353,8 @@ KvCache KvCache::fork() const {
     else
       copy.cross_values_ = std::move(cloned);
   }
+  copy.slot_of_ = slot_of_;
+  copy.token_slots_ = token_slots_;
   copy.rank_ = rank_;
   copy.role_ = role_;
   copy.next_rank_ = next_rank_;
@@ -362,27 +373,71 @@ void KvCache::truncate(std::int32_t n) {
   role_.resize(rows * capacity_);
   source_role_.resize(rows * source_length_);
   source_rank_.resize(rows * source_length_);
+  slot_of_.resize(rows);
   source_of_.resize(rows);
   next_rank_.resize(rows);
   next_position_.resize(rows);
   rows_ = n;  // the buffers keep their rows: the next select or append reuses them
 }
 
-void KvCache::move_tokens(std::span<const std::int32_t> rows) {
+void KvCache::assign_slots(std::span<const std::int32_t> rows) {
   const auto n = static_cast<std::int32_t>(rows.size());
-  // A row's leading padding (rows joined by append_rows are right-aligned) is not copied:
-  // attention never reads a padding key, so what those columns hold does not matter.
-  std::vector<std::int32_t> first(rows.size());
-  for (std::int32_t i = 0; i < n; ++i) first[i] = first_used_column(rows[i]);
-  // Picked rows go to the buffers the previous select freed (beam search selects every step).
-  std::size_t spare = 0;
+  if (token_slots_ == 0) {  // no buffers yet: nothing to keep
+    slot_of_ = identity(n);
+    return;
+  }
+  std::vector<std::int32_t> slot(rows.size(), -1), again;
+  std::vector<char> taken(static_cast<std::size_t>(token_slots_), 0);
+  for (std::int32_t i = 0; i < n; ++i) {
+    const std::int32_t s = slot_of_[rows[i]];
+    if (taken[s])
+      again.push_back(i);
+    else
+      taken[s] = 1, slot[i] = s;
+  }
+  if (!again.empty()) {
+    std::vector<std::int32_t> free;
+    for (std::int32_t s = 0; s < token_slots_ && free.size() < again.size(); ++s)
+      if (!taken[s]) free.push_back(s);
+    std::int32_t slots = token_slots_;
+    while (free.size() < again.size()) free.push_back(slots++);
+    grow_slots(slots);
+    // A row's leading padding (rows joined by append_rows are right-aligned) is not copied:
+    // attention never reads a padding key, so what those columns hold does not matter.
+    for (std::size_t k = 0; k < again.size(); ++k) {
+      const std::int32_t i = again[k];
+      slot[i] = free[k];
+      const std::int64_t first = first_used_column(rows[i]);
+      const std::int64_t from = (std::int64_t{slot_of_[rows[i]]} * capacity_ + first) * width_;
+      const std::int64_t to = (std::int64_t{free[k]} * capacity_ + first) * width_;
+      const std::size_t bytes = sizeof(float) * (length_ - first) * width_;
+      for (auto* buffers : {&keys_, &values_})
+        for (Tensor& buffer : *buffers)
+          if (!buffer.empty() && bytes > 0)
+            std::memcpy(buffer.f32() + to, buffer.f32() + from, bytes);
+    }
+  }
+  slot_of_ = std::move(slot);
+}
+
+void KvCache::grow_slots(std::int32_t slots) {
+  if (slots <= token_slots_) return;
+  const std::int32_t grown = std::max(slots, token_slots_ + token_slots_ / 2);
+  const std::int64_t floats = std::int64_t{grown} * capacity_ * width_;
   for (auto* buffers : {&keys_, &values_})
     for (Tensor& buffer : *buffers) {
       if (buffer.empty()) continue;
-      Tensor& picked = spare_buffer(spare++, {n, capacity_, width_});
-      copy_rows(buffer.f32(), capacity_, picked.f32(), capacity_, width_, length_, rows, first);
-      std::swap(buffer, picked);
+      if (fits(buffer, floats)) {  // resize() keeps the contents within the allocation
+        buffer.resize({grown, capacity_, width_});
+        continue;
+      }
+      Tensor bigger;
+      reserve_rows(bigger, {grown, capacity_, width_});
+      copy_rows(buffer.f32(), capacity_, bigger.f32(), capacity_, width_, length_,
+                identity(token_slots_));  // the kept columns only
+      buffer = std::move(bigger);
     }
+  token_slots_ = grown;
 }
 
 KvCache KvCache::split(std::span<const std::int32_t> rows) {
@@ -396,16 +451,21 @@ KvCache KvCache::split(std::span<const std::int32_t> rows) {
   }
   const auto count = static_cast<std::int32_t>(rows.size());
   KvCache first = shaped_like(count);
-  std::vector<std::int32_t> from(rows.size());
-  for (std::int32_t i = 0; i < count; ++i) from[i] = first_used_column(rows[i]);
+  std::vector<std::int32_t> from(rows.size()), slots(rows.size());
+  for (std::int32_t i = 0; i < count; ++i) {
+    from[i] = first_used_column(rows[i]);
+    slots[i] = slot_of_[rows[i]];
+  }
   for (auto [mine, theirs] : {std::pair{&keys_, &first.keys_}, std::pair{&values_, &first.values_}})
     for (const Tensor& buffer : *mine) {
       theirs->emplace_back();
       if (buffer.empty()) continue;
       theirs->back() = Tensor({count, capacity_, width_});
-      copy_rows(buffer.f32(), capacity_, theirs->back().f32(), capacity_, width_, length_, rows,
+      copy_rows(buffer.f32(), capacity_, theirs->back().f32(), capacity_, width_, length_, slots,
                 from);
     }
+  first.slot_of_ = identity(count);
+  first.token_slots_ = token_slots_ > 0 ? count : 0;
   first.rank_ = gather_columns(rank_, capacity_, capacity_, length_, rows, 0);
   first.role_ = gather_columns(role_, capacity_, capacity_, length_, rows, TokenRole::pad);
   const std::int32_t s = source_length_;
@@ -456,15 +516,16 @@ std::int32_t KvCache::first_used_column() const {
 
 namespace {
 
-// Rows of `src` ([rows, src_cap, width], columns [from, from + columns)) into `dst` ([.., cap,
-// width]) from row `row0` on, at column `at`.
-void place_rows(const Tensor& src, std::int32_t rows, std::int32_t src_cap, std::int32_t from,
-                std::int32_t columns, Tensor& dst, std::int32_t row0, std::int32_t cap,
-                std::int32_t at, std::int64_t width) {
+// Slots `from_slots` of `src` ([.., src_cap, width], columns [from, from + columns)) into slots
+// `to_slots` of `dst` ([.., cap, width]), at column `at`.
+void place_rows(const Tensor& src, std::span<const std::int32_t> from_slots, std::int32_t src_cap,
+                std::int32_t from, std::int32_t columns, Tensor& dst,
+                std::span<const std::int32_t> to_slots, std::int32_t cap, std::int32_t at,
+                std::int64_t width) {
   if (src.empty() || columns <= 0) return;
-  for (std::int32_t r = 0; r < rows; ++r)
-    std::memcpy(dst.f32() + ((std::int64_t{row0} + r) * cap + at) * width,
-                src.f32() + (std::int64_t{r} * src_cap + from) * width,
+  for (std::size_t r = 0; r < from_slots.size(); ++r)
+    std::memcpy(dst.f32() + (std::int64_t{to_slots[r]} * cap + at) * width,
+                src.f32() + (std::int64_t{from_slots[r]} * src_cap + from) * width,
                 sizeof(float) * columns * width);
 }
 
@@ -512,12 +573,24 @@ void KvCache::join_tokens(const KvCache& other) {
   const std::int32_t skip = first_used_column(), other_skip = other.first_used_column();
   const std::int32_t mine = length_ - skip, theirs = other.length_ - other_skip;
   const std::int32_t rows = rows_ + other.rows_;
-  // In place: the new rows fit the columns and the buffers' spare rows, and at most half the
+  // In place, their rows take the free slots, then new ones after.
+  std::vector<std::int32_t> to;
+  std::vector<char> taken(static_cast<std::size_t>(token_slots_), 0);
+  for (std::int32_t b = 0; b < rows_ && token_slots_ > 0; ++b) taken[slot_of_[b]] = 1;
+  for (std::int32_t slot = 0; slot < token_slots_ && std::ssize(to) < other.rows_; ++slot)
+    if (!taken[slot]) to.push_back(slot);
+  std::int32_t slots = token_slots_;
+  while (std::ssize(to) < other.rows_) to.push_back(slots++);
+  // In place: the new rows fit the columns and the buffers' allocations, and at most half the
   // columns are ones no row uses any more (else the join drops them).
-  bool in_place = rows_ > 0 && theirs <= length_ && 2 * skip <= length_;
+  bool in_place = rows_ > 0 && token_slots_ > 0 && theirs <= length_ && 2 * skip <= length_;
   for (const auto* buffers : {&keys_, &values_})
     for (const Tensor& buffer : *buffers)
-      in_place = in_place && fits(buffer, std::int64_t{rows} * capacity_ * width_);
+      in_place = in_place && fits(buffer, std::int64_t{slots} * capacity_ * width_);
+  if (!in_place) {  // the rebuilt buffers hold mine, then theirs
+    slots = rows;
+    for (std::int32_t r = 0; r < other.rows_; ++r) to[r] = rows_ + r;
+  }
   // Right-aligned: every row's newest token in the last column.
   const std::int32_t length = in_place ? length_ : std::max(mine, theirs);
   const std::int32_t cap = in_place ? capacity_ : std::max(length + kMinCapacity, capacity_);
@@ -526,13 +599,14 @@ void KvCache::join_tokens(const KvCache& other) {
     for (auto [buffer, theirs_buffer] :
          {std::pair{&keys_[l], &other.keys_[l]}, std::pair{&values_[l], &other.values_[l]}}) {
       if (in_place) {
-        buffer->resize({rows, cap, width_});
+        buffer->resize({slots, cap, width_});
       } else {
         Tensor& joined = spare_buffer(spare++, {rows, cap, width_});
-        place_rows(*buffer, rows_, capacity_, skip, mine, joined, 0, cap, length - mine, width_);
+        place_rows(*buffer, slot_of_, capacity_, skip, mine, joined, identity(rows_), cap,
+                   length - mine, width_);
         std::swap(*buffer, joined);
       }
-      place_rows(*theirs_buffer, other.rows_, other.capacity_, other_skip, theirs, *buffer, rows_,
+      place_rows(*theirs_buffer, other.slot_of_, other.capacity_, other_skip, theirs, *buffer, to,
                  cap, length - theirs, width_);
     }
   auto place_meta = [&](const KvCache& c, std::vector<std::int32_t>& rank,
@@ -556,6 +630,9 @@ void KvCache::join_tokens(const KvCache& other) {
     role_ = std::move(role);
   }
   place_meta(other, rank_, role_, rows_, other_skip, theirs);
+  if (!in_place) slot_of_ = identity(rows_);
+  slot_of_.insert(slot_of_.end(), to.begin(), to.end());
+  token_slots_ = slots;
   length_ = length;
   capacity_ = cap;
 }
