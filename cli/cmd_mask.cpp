@@ -162,21 +162,26 @@ int cmd_mask(int argc, char** argv) {
     return kExitOk;
   }
   if (format == "json") {
-    nlohmann::ordered_json j;
-    j["strategy"] = vm["strategy"].as<std::string>();
-    j["tokens"] = labels;
-    auto allowed = nlohmann::ordered_json::array();
+    // Streamed row by row: the matrix is n^2 cells, too large for a JSON tree on long inputs.
+    auto field = [&out](const char* key, const nlohmann::json& value) {
+      out << ",\"" << key << "\":" << value.dump();
+    };
+    out << "{\"strategy\":" << nlohmann::json(vm["strategy"].as<std::string>()).dump();
+    field("tokens", labels);
+    out << ",\"allowed\":[";
+    std::string row;
     for (std::size_t i = 0; i < n; ++i) {
-      auto row = nlohmann::ordered_json::array();
-      for (std::size_t k = 0; k < n; ++k) row.push_back(mask.allowed(i, k) ? 1 : 0);
-      allowed.push_back(row);
+      row.assign(i ? ",[" : "[");
+      for (std::size_t k = 0; k < n; ++k)
+        row += k ? (mask.allowed(i, k) ? ",1" : ",0") : (mask.allowed(i, k) ? "1" : "0");
+      out << row << "]";
     }
-    j["allowed"] = allowed;
-    j["rank"] = mask.rank;
-    if (!mask.order.empty()) j["order"] = mask.order;
-    if (!mask.query_positions.empty()) j["query_positions"] = mask.query_positions;
-    j["incremental"] = plugins.mask->supports_incremental();
-    out << j.dump() << "\n";
+    out << "]";
+    field("rank", mask.rank);
+    if (!mask.order.empty()) field("order", mask.order);
+    if (!mask.query_positions.empty()) field("query_positions", mask.query_positions);
+    field("incremental", plugins.mask->supports_incremental());
+    out << "}\n";
     return kExitOk;
   }
 

@@ -119,3 +119,23 @@ TEST_CASE("masque mask: random orders are seeded and differ per record", "[cli][
   CHECK(order("7", "0") != order("8", "0"));
   CHECK(order("7", "0") != order("7", "1"));
 }
+
+TEST_CASE("masque mask: an order that is not a permutation is a usage error", "[cli][mask]") {
+  for (const char* order : {"0,0", "0,1,2"}) {
+    auto r = run_masque({"mask", "--strategy", "permutation", "--order", order, "a", "b"});
+    INFO(order << ": " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("order") != std::string::npos);
+  }
+}
+
+TEST_CASE("masque mask: JSON of a long sequence is one whole document", "[cli][mask]") {
+  std::vector<std::string> args{"--strategy", "causal"};
+  for (int i = 0; i < 300; ++i) args.push_back(std::to_string(i));
+  json j = mask_json(args);
+  REQUIRE(j["allowed"].size() == 300);
+  CHECK(j["allowed"][299].size() == 300);
+  CHECK(j["allowed"][0][1] == 0);
+  CHECK(j["allowed"][299][0] == 1);
+  CHECK(j["incremental"] == true);
+}

@@ -78,7 +78,11 @@ class PermutationMask final : public masque::MaskStrategy {
     else {
       kind_ = OrderKind::explicit_order;
       explicit_ = parse_order(order);
-      check_permutation(explicit_, static_cast<std::int32_t>(explicit_.size()));
+      try {
+        check_permutation(explicit_, static_cast<std::int32_t>(explicit_.size()));
+      } catch (const masque::RecordError& e) {  // a setting, not a record: nothing may run
+        throw masque::ConfigError("mask.order: " + std::string(e.what()));
+      }
     }
   }
 
