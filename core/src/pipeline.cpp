@@ -425,7 +425,16 @@ class Loader {
         for (const auto& t : tasks_) names.push_back(t.name);
         error(source_.name + ": missing 'task:' (one of " + join(names) + ")");
       }
-      if (it != sections_.end()) sections_.erase(it);
+      if (it != sections_.end()) {
+        // Without a task only the run settings written under `task:` have a reader.
+        RawSection section = it->second;
+        sections_.erase(it);
+        move_run_settings(TaskSpec{}, section, pipeline);
+        for (const auto& [key, value] : section.keys)
+          error(value.where + ": task." + key +
+                ": nothing here reads task parameters (no task is run; run settings go under "
+                "run:)");
+      }
       return nullptr;
     }
     RawSection section = it->second;

@@ -243,3 +243,20 @@ TEST_CASE("pipeline: run settings have their own section, and old task: keys sti
   CHECK(scalar.result.exit_code == 2);
   CHECK(has(scalar.result.err, "run: expected a mapping of run settings"));
 }
+
+TEST_CASE("pipeline: without a task, task parameters are refused and run settings read",
+          "[pipeline]") {
+  const std::map<std::string, std::string> env{
+      {"MASQUE_PLUGIN_PATH", (fs::path(TEST_PLUGIN_ROOT) / "good").string()}};
+  // `masque tokenize --tokenizer` builds its pipeline from the command line, with no task.
+  auto bogus = run_masque(
+      {"tokenize", "--tokenizer", "test-chars", "--set", "task.bogus=1", "-q"}, "ab\n", env);
+  CHECK(bogus.exit_code == 2);
+  CHECK(has(bogus.err, "task.bogus: nothing here reads task parameters"));
+  auto replaced = run_masque({"tokenize", "--tokenizer", "test-chars", "--set",
+                              "task.invalid_utf8=replace", "-q"},
+                             "a\xff\n", env);
+  INFO(replaced.err);
+  CHECK(replaced.exit_code == 0);
+  CHECK(has(replaced.out, "\"ids\""));
+}
