@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -237,6 +238,8 @@ std::string read_whole_file(const std::string& path) {
     s << std::cin.rdbuf();
     return s.str();
   }
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw ConfigError(path + ": is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path + ": cannot open: " + std::strerror(errno));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -113,6 +113,8 @@ TEST_CASE("eval cli: bad input is exit code 2 naming the file and line", "[e2e][
       {{"eval", "--ref", bad_refs, short_hyp}, "", bad_refs + ":2: no reference after the key"},
       {{"eval", "--ref", empty, short_hyp}, "", empty + ": no references"},
       {{"eval", "--ref", (dir / "missing.tsv").string()}, "", "missing.tsv: cannot open"},
+      {{"eval", "--ref", refs, dir.string()}, "", dir.string() + ": is a directory"},
+      {{"eval", "--ref", dir.string(), short_hyp}, "", dir.string() + ": is a directory"},
       {{"eval", "--ref", refs, "--buckets", "6,4"}, kHyps, "--buckets: '6,4'"},
       {{"eval", "--ref", refs, "--hyp-format", "xml"}, kHyps, "'xml' is not one of"},
       {{"eval", "--ref", refs, "--bogus"}, kHyps, "unrecognised option"},

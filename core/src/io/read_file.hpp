@@ -14,6 +14,10 @@ namespace masque::io {
 // The bytes of `file`; ConfigError "FILE: cannot open" (+ " the " + what) when it cannot be
 // opened.
 inline std::string read_file(const std::filesystem::path& file, const std::string& what = "") {
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec))
+    throw ConfigError(file.string() + ": is a directory" +
+                      (what.empty() ? "" : ", not the " + what));
   std::ifstream in(file, std::ios::binary);
   if (!in)
     throw ConfigError(file.string() + ": cannot open" + (what.empty() ? "" : " the " + what));
