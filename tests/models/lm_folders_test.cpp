@@ -279,6 +279,17 @@ TEST_CASE("models: bad folders are ConfigErrors naming the file and the key or t
                             Catch::Contains(scaling.contains("type") ? "linear" : "llama3"));
     }
   }
+  SECTION("a negative token id other than -1 (none)") {
+    const fs::path eos = edited_folder(
+        "llama-eos", llama_folder(), [](nlohmann::json& c) { c["eos_token_id"] = -5; }, nullptr);
+    CHECK_THAT(config_error("llama", eos), Catch::Contains("config.json") &&
+                                               Catch::Contains("eos_token_id") &&
+                                               Catch::Contains("-5"));
+    const fs::path none = edited_folder(
+        "llama-pad-none", llama_folder(), [](nlohmann::json& c) { c["pad_token_id"] = -1; },
+        nullptr);
+    CHECK(load_model("llama", none)->info().pad == -1);
+  }
   SECTION("inconsistent settings") {
     const fs::path gpt2 = edited_folder(
         "gpt2-heads", gpt2_folder(), [](nlohmann::json& c) { c["n_head"] = 5; }, nullptr);

@@ -55,9 +55,15 @@ inline void expect_model_type(const JsonConfig& config, std::string_view type) {
 }
 
 // The first id of an int or a list of ints (eos_token_id may be a list); `fallback` if absent.
+// -1 is Hugging Face's "none" (old Llama configs have pad_token_id -1); other negatives are
+// mistakes that would silently leave the model without the token.
 inline TokenId first_id(const JsonConfig& config, std::string_view key, TokenId fallback) {
   if (!config.has(key)) return fallback;
   const auto ids = config.get_int_list(key);
+  for (const auto id : ids)
+    if (id < -1 || id > INT32_MAX)
+      fail(config, key,
+           "must be a token id (0 or more, or -1 for none), got " + std::to_string(id));
   return ids.empty() ? fallback : static_cast<TokenId>(ids.front());
 }
 
