@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include <yaml-cpp/yaml.h>
@@ -589,6 +590,7 @@ class Loader {
                    const ParamSpec* specs, std::size_t count, RawSection& section, Params& out) {
     std::vector<std::string> known;
     for (std::size_t i = 0; i < count; ++i) known.push_back(specs[i].name);
+    std::set<std::string> rejected;  // given, but with a bad value
     for (auto& [key, value] : section.keys) {
       const ParamSpec* spec = nullptr;
       for (std::size_t i = 0; i < count; ++i)
@@ -612,11 +614,12 @@ class Loader {
         out.set(key, std::move(v));
       } catch (const ConfigError& e) {
         error(value.where + ": " + path + ": " + e.what());
+        rejected.insert(key);
       }
     }
     for (std::size_t i = 0; i < count; ++i) {
       const ParamSpec& spec = specs[i];
-      if (out.has(spec.name)) continue;
+      if (out.has(spec.name) || rejected.count(spec.name)) continue;  // reported above
       if (spec.flags & kParamRequired) {
         error(section.where + ": " + section_name + "." + spec.name + ": missing required " +
               to_string(spec.type) + " parameter of " + owner + " (" + spec.help + ")");
@@ -631,7 +634,10 @@ class Loader {
   }
 
   std::string resolve_path(const ParamSpec& spec, const std::string& text, const fs::path& base) {
-    if (text.empty()) return text;
+    if (text.empty()) {
+      if (spec.flags & kParamRequired) throw ConfigError("expected a path, got an empty value");
+      return text;
+    }
     fs::path p = fs::path(text).is_absolute() ? fs::path(text) : base / text;
     p = p.lexically_normal();
     std::error_code ec;

@@ -249,14 +249,26 @@ TEST_CASE("pipeline: without a task, task parameters are refused and run setting
   const std::map<std::string, std::string> env{
       {"MASQUE_PLUGIN_PATH", (fs::path(TEST_PLUGIN_ROOT) / "good").string()}};
   // `masque tokenize --tokenizer` builds its pipeline from the command line, with no task.
-  auto bogus = run_masque(
-      {"tokenize", "--tokenizer", "test-chars", "--set", "task.bogus=1", "-q"}, "ab\n", env);
+  auto bogus = run_masque({"tokenize", "--tokenizer", "test-chars", "--set", "task.bogus=1", "-q"},
+                          "ab\n", env);
   CHECK(bogus.exit_code == 2);
   CHECK(has(bogus.err, "task.bogus: nothing here reads task parameters"));
-  auto replaced = run_masque({"tokenize", "--tokenizer", "test-chars", "--set",
-                              "task.invalid_utf8=replace", "-q"},
-                             "a\xff\n", env);
+  auto replaced = run_masque(
+      {"tokenize", "--tokenizer", "test-chars", "--set", "task.invalid_utf8=replace", "-q"},
+      "a\xff\n", env);
   INFO(replaced.err);
   CHECK(replaced.exit_code == 0);
   CHECK(has(replaced.out, "\"ids\""));
+}
+
+TEST_CASE("pipeline: a required path set empty or to a missing file is one error", "[pipeline]") {
+  const std::string pipeline = (source_dir() / "pipelines/lm-score.yaml").string();
+  auto empty = run_masque({"run", pipeline, "--set", "model.path=", "--dump-config"});
+  CHECK(empty.exit_code == 2);
+  CHECK(has(empty.err, "--set model.path=: model.path: expected a path, got an empty value"));
+  auto missing =
+      run_masque({"run", pipeline, "--set", "model.path=/no/such/model", "--dump-config"});
+  CHECK(missing.exit_code == 2);
+  CHECK(has(missing.err, "model.path: no such file or directory: /no/such/model"));
+  CHECK(missing.err.find("missing required") == std::string::npos);
 }
