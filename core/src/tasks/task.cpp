@@ -83,7 +83,13 @@ std::unique_ptr<T> create_as(const Pipeline& pipeline, const Registry& registry,
                              const char* section) {
   if (!pipeline.has(section)) return nullptr;
   const PluginConfig& config = pipeline.at(section);
-  std::unique_ptr<Plugin> plugin = registry.create(*config.entry, config.params);
+  std::unique_ptr<Plugin> plugin;
+  try {
+    plugin = registry.create(*config.entry, config.params);
+  } catch (const ConfigError& e) {  // a plugin's own check of its parameters: say whose
+    throw ConfigError(std::string(section) + " '" + config.entry->descriptor->name + "': " +
+                      e.what());
+  }
   return std::unique_ptr<T>(static_cast<T*>(plugin.release()));
 }
 
