@@ -95,11 +95,17 @@ TEST_CASE(
 
 TEST_CASE("rnn-seq2seq: masque run with a bad model folder is a configuration error",
           "[rnn][e2e]") {
-  const auto bad = run_masque({"run", pipeline("lstm-luong", "greedy"), "-q", "--set",
-                               "model.path=" + (fixture_dir("lstm-luong") / "missing").string()},
-                              "s4\n");
+  const auto missing = (fixture_dir("lstm-luong") / "missing").string();
+  const auto absent = run_masque(
+      {"run", pipeline("lstm-luong", "greedy"), "-q", "--set", "model.path=" + missing}, "s4\n");
+  CHECK(absent.exit_code == 2);
+  CHECK_THAT(absent.err, Catch::Contains("model.path: no such file or directory: " + missing));
+  // A folder without the model's files.
+  const auto empty = masque::test::scratch_dir("rnn_empty_model").string();
+  const auto bad = run_masque(
+      {"run", pipeline("lstm-luong", "greedy"), "-q", "--set", "model.path=" + empty}, "s4\n");
   CHECK(bad.exit_code == 2);
-  CHECK_THAT(bad.err, Catch::Contains("config.json"));
+  CHECK_THAT(bad.err, Catch::Contains(empty) && Catch::Contains("config.json"));
 }
 
 TEST_CASE("rnn-seq2seq: return_attention and replace_unknowns are configuration errors",
