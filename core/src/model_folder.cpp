@@ -202,6 +202,8 @@ FolderArchitecture read_architecture(const fs::path& dir) {
   if (!config.is_object()) return a;
   if (config.contains("model_type") && config["model_type"].is_string())
     a.model_type = config["model_type"].get<std::string>();
+  else if (config.contains("model_type"))  // shown as written: "(none)" would mislead
+    a.model_type = config["model_type"].dump();
   for (const char* key : {"architectures", "architecture"}) {
     const auto it = config.find(key);
     if (it == config.end()) continue;

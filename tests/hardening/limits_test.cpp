@@ -295,3 +295,17 @@ TEST_CASE("limits: absurd lines in tokenizer files are refused with short messag
                         ": the largest id is 1073741824 but there are only 257 tokens (ids should "
                         "number them 0..256)");
 }
+
+TEST_CASE("limits: a layout longer than its record names both counts (plm query stream)",
+          "[hardening][limits]") {
+  // 64 characters are 66 tokens with [CLS] and [SEP]; the query stream doubles the positions.
+  std::string text;
+  for (int i = 0; i < 64; ++i) text += "北";
+  const auto r = run_masque({"run", ready_pipeline("plm-score.yaml"), "-q"}, text + "\n");
+  CHECK(r.exit_code == 1);
+  const auto out = parse_jsonl(r.out);
+  REQUIRE(out.size() == 1);
+  CHECK_THAT(out[0]["error"].get<std::string>(),
+             Contains("the record has 66 tokens and needs 130 positions, more than the model's "
+                      "maximum positions (128)"));
+}

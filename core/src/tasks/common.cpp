@@ -39,7 +39,6 @@ void tokenize_item(Item& item, const Tokenizer* tokenizer, const Model* model, b
 
 void check_length(const Item& item, std::size_t tokens, const Params& task_params,
                   const Model& model) {
-  (void)item;
   auto limit = static_cast<std::size_t>(task_params.get_int("max_record_tokens"));
   const char* what = "max_record_tokens";
   const auto model_max = static_cast<std::size_t>(model.info().max_positions);
@@ -47,9 +46,15 @@ void check_length(const Item& item, std::size_t tokens, const Params& task_param
     limit = model_max;
     what = "the model's maximum positions";
   }
-  if (limit > 0 && tokens > limit)
-    throw RecordError("the record has " + std::to_string(tokens) + " tokens, more than " + what +
-                      " (" + std::to_string(limit) + ")");
+  if (limit == 0 || tokens <= limit) return;
+  // Some layouts take more positions than the record has tokens (plm's query stream, a
+  // seq2seq source and target): say both.
+  const std::string size = tokens == item.tokens.size()
+                               ? std::to_string(tokens) + " tokens"
+                               : std::to_string(item.tokens.size()) + " tokens and needs " +
+                                     std::to_string(tokens) + " positions";
+  throw RecordError("the record has " + size + ", more than " + what + " (" +
+                    std::to_string(limit) + ")");
 }
 
 std::optional<std::vector<std::int32_t>> int_array_field(const Record& record, const char* name) {
