@@ -137,6 +137,9 @@ int cmd_attention(int argc, char** argv) {
   }
   if (!vm.count("pipeline") || !vm.count("text"))
     throw ConfigError("masque attention: give a PIPELINE and a TEXT (see masque attention --help)");
+  if (vm["columns"].as<std::int32_t>() < 1)
+    throw ConfigError("--columns: expected 1 or more panels per line, got " +
+                      std::to_string(vm["columns"].as<std::int32_t>()));
   const bool json = vm["json"].as<bool>();
 
   LoadOptions load;
@@ -204,7 +207,7 @@ int cmd_attention(int argc, char** argv) {
                                     : std::to_string(p)));
   map.labels.resize(n);
   map.allowed = allowed_cells(mask);
-  map.columns = std::max(1, vm["columns"].as<std::int32_t>());
+  map.columns = vm["columns"].as<std::int32_t>();
   const std::int32_t layer =
       record.layer < 0 ? record.layer + model.info().num_layers : record.layer;
   map.title = model.info().architecture + ", layer " + std::to_string(layer) + ", mask " + strategy;

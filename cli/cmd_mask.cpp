@@ -87,7 +87,7 @@ int cmd_mask(int argc, char** argv) {
       "order", po::value<std::string>(), "shortcut for --set order=... (permutation)")(
       "seed", po::value<std::string>(), "shortcut for --set seed=... (random orders)")(
       "segments", po::value<std::string>(), "segment id per token, e.g. 0,0,0,1,1 (seq2seq)")(
-      "record-id", po::value<std::uint64_t>()->default_value(0),
+      "record-id", po::value<std::int64_t>()->default_value(0),
       "record number (seeds random orders)")(
       "format,f", po::value<std::string>()->default_value("grid"),
       "grid, json or svg (a picture with the tokens as labels; `masque attention` draws what "
@@ -117,6 +117,10 @@ int cmd_mask(int argc, char** argv) {
   std::ostream& out = vm.count("output") ? static_cast<std::ostream&>(file) : std::cout;
   std::vector<std::string> tokens;
   if (vm.count("tokens")) tokens = vm["tokens"].as<std::vector<std::string>>();
+  if (tokens.empty())
+    throw ConfigError(
+        "masque mask: give the tokens to lay out (e.g. masque mask --strategy "
+        "causal a b c; see masque mask --help)");
 
   LoadOptions load;
   load.require_task = false;
@@ -137,7 +141,11 @@ int cmd_mask(int argc, char** argv) {
   MaskRequest request;
   request.length = static_cast<std::int32_t>(tokens.size());
   request.segments = segments;
-  request.record_id = vm["record-id"].as<std::uint64_t>();
+  const std::int64_t record_id = vm["record-id"].as<std::int64_t>();
+  if (record_id < 0)
+    throw ConfigError("--record-id: expected a record number (0 or more), got " +
+                      std::to_string(record_id));
+  request.record_id = static_cast<std::uint64_t>(record_id);
   SequenceMask mask;
   try {
     mask = plugins.mask->build(request);

@@ -156,6 +156,7 @@ TEST_CASE("masque attention: one head and a chosen layer, and bad options exit 2
   };
   bad({"attention", file, "the cat", "--head", "4"}, "--head: 4 is not a head");
   bad({"attention", file, "the cat", "--layer", "3"}, "attention of layer 3");
+  bad({"attention", file, "the cat", "--columns", "0"}, "--columns: expected 1 or more");
   bad({"attention", pipeline("seq2seq_bad", "  plugin: seq2seq\n"), "no tab here"},
       "SOURCE<TAB>TARGET");
   bad({"attention", (source_dir() / "pipelines/translate.yaml").string(), "س م ي ر"},

@@ -139,3 +139,12 @@ TEST_CASE("masque mask: JSON of a long sequence is one whole document", "[cli][m
   CHECK(j["allowed"][299][0] == 1);
   CHECK(j["incremental"] == true);
 }
+
+TEST_CASE("masque mask: no tokens or a negative record number are usage errors", "[cli][mask]") {
+  auto none = run_masque({"mask", "--strategy", "causal"});
+  CHECK(none.exit_code == 2);
+  CHECK(none.err.find("give the tokens") != std::string::npos);
+  auto negative = run_masque({"mask", "--strategy", "causal", "--record-id", "-1", "a", "b"});
+  CHECK(negative.exit_code == 2);
+  CHECK(negative.err.find("--record-id") != std::string::npos);
+}
