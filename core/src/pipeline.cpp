@@ -274,7 +274,12 @@ ParamValue convert(const ParamSpec& spec, const YAML::Node& node) {
 
 YAML::Node load_yaml(const std::string& text, const std::string& where) {
   try {
-    return YAML::Load(text);
+    // A second document (after ---) would be dropped without a word.
+    std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    if (documents.size() > 1)
+      throw ConfigError(where + ": " + std::to_string(documents.size()) +
+                        " YAML documents (separated by ---); a pipeline is one");
+    return documents.empty() ? YAML::Node() : documents.front();
   } catch (const YAML::Exception& e) {
     throw ConfigError(mark_text(where, e.mark) + ": invalid YAML: " + e.msg);
   }

@@ -272,3 +272,9 @@ TEST_CASE("pipeline: a required path set empty or to a missing file is one error
   CHECK(has(missing.err, "model.path: no such file or directory: /no/such/model"));
   CHECK(missing.err.find("missing required") == std::string::npos);
 }
+
+TEST_CASE("pipeline: a second YAML document is an error, not dropped", "[pipeline]") {
+  auto c = dump("two_documents", std::string(kBase) + "---\ntask: lm-score\n");
+  CHECK(c.result.exit_code == 2);
+  CHECK(has(c.result.err, "2 YAML documents"));
+}

@@ -309,3 +309,14 @@ TEST_CASE("limits: a layout longer than its record names both counts (plm query 
              Contains("the record has 66 tokens and needs 130 positions, more than the model's "
                       "maximum positions (128)"));
 }
+
+TEST_CASE("limits: an empty order is a record error, not the mask's order", "[hardening][limits]") {
+  const auto r =
+      run_masque({"run", ready_pipeline("plm-score.yaml"), "-q", "--input-format", "jsonl"},
+                 "{\"text\":\"北京\",\"order\":[]}\n{\"text\":\"北京\"}\n");
+  CHECK(r.exit_code == 1);
+  const auto out = parse_jsonl(r.out);
+  REQUIRE(out.size() == 2);
+  CHECK_THAT(out[0]["error"].get<std::string>(), Contains("'order' is an empty array"));
+  CHECK_FALSE(out[1].contains("error"));
+}

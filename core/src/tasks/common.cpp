@@ -57,6 +57,15 @@ void check_length(const Item& item, std::size_t tokens, const Params& task_param
                     std::to_string(limit) + ")");
 }
 
+std::vector<std::int32_t> order_field(const Record& record) {
+  auto order = int_array_field(record, "order");
+  if (order && order->empty())
+    throw RecordError(
+        "'order' is an empty array: give a position for every token, or leave the "
+        "field out for the mask's order");
+  return order.value_or(std::vector<std::int32_t>{});
+}
+
 std::optional<std::vector<std::int32_t>> int_array_field(const Record& record, const char* name) {
   auto it = record.fields.find(name);
   if (it == record.fields.end() || it->is_null()) return std::nullopt;

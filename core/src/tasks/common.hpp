@@ -33,6 +33,9 @@ void check_length(const Item& item, std::size_t tokens, const Params& task_param
 
 // An optional integer array field of a JSON-lines record ("order", "segments", ...).
 std::optional<std::vector<std::int32_t>> int_array_field(const Record& record, const char* name);
+// The record's `order` field (a factorization order), or empty when it has none; an empty array
+// is an error rather than the mask's own order, which it would silently become.
+std::vector<std::int32_t> order_field(const Record& record);
 
 // The task parameter `mask_token_id` (-1 = the tokenizer's [MASK]) and its value: the id of the
 // [MASK] / query token, or -1 when there is none. `require_mask_token` makes that a ConfigError.

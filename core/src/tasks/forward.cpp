@@ -38,7 +38,7 @@ class ForwardTask final : public Task {
       s.segments = *seg;
     else
       s.segments = s.token_types;
-    if (auto order = int_array_field(item.record, "order")) s.order = *order;
+    s.order = order_field(item.record);
     const std::size_t n = s.ids.size();
     if (s.token_types.size() != n)
       throw RecordError("'token_type_ids' has " + std::to_string(s.token_types.size()) +

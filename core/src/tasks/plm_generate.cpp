@@ -301,10 +301,8 @@ class PlmGenerateTask final : public Task {
       throw RecordError("no [MASK] token (id " + std::to_string(mask_token_) +
                         ") to fill in the record");
     if (!confidence_)
-      t->order =
-          resolve_order(mask_, static_cast<std::int32_t>(t->slots.size()),
-                        int_array_field(item.record, "order").value_or(std::vector<std::int32_t>{}),
-                        item.record.id);
+      t->order = resolve_order(mask_, static_cast<std::int32_t>(t->slots.size()),
+                               order_field(item.record), item.record.id);
     check_length(item, item.tokens.size(), params_, model_);
     item.cost = item.tokens.size();
     item.data = t;

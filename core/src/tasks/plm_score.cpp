@@ -36,10 +36,8 @@ class PlmScoreTask final : public Task {
     if (method_ == PlmMethod::incremental && input->slots.size() == item.tokens.size())
       throw RecordError(
           "the incremental method needs at least one context token (e.g. [CLS]) to start from");
-    input->order =
-        resolve_order(mask_, static_cast<std::int32_t>(input->slots.size()),
-                      int_array_field(item.record, "order").value_or(std::vector<std::int32_t>{}),
-                      item.record.id);
+    input->order = resolve_order(mask_, static_cast<std::int32_t>(input->slots.size()),
+                                 order_field(item.record), item.record.id);
     const std::size_t length =
         item.tokens.size() + (method_ == PlmMethod::query_stream ? input->slots.size() : 0);
     check_length(item, length, params_, model_);

@@ -87,8 +87,8 @@ std::unique_ptr<T> create_as(const Pipeline& pipeline, const Registry& registry,
   try {
     plugin = registry.create(*config.entry, config.params);
   } catch (const ConfigError& e) {  // a plugin's own check of its parameters: say whose
-    throw ConfigError(std::string(section) + " '" + config.entry->descriptor->name + "': " +
-                      e.what());
+    throw ConfigError(std::string(section) + " '" + config.entry->descriptor->name +
+                      "': " + e.what());
   }
   return std::unique_ptr<T>(static_cast<T*>(plugin.release()));
 }

@@ -43,7 +43,9 @@ const masque::ParamSpec kParams[] = {
      .default_value = "4096",
      .help = "tokens a query sees: itself and the window - 1 before it (Mistral's and Qwen2's "
              "sliding_window). A model whose config.json has its own sliding_window applies it "
-             "by itself under any mask; given both, the narrower holds"},
+             "by itself under any mask; given both, the narrower holds",
+     .min = 1,
+     .max = 2147483647},
 };
 
 const masque::PluginDescriptor* descriptor() {
