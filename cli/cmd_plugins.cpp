@@ -19,16 +19,24 @@ namespace masque::cli {
 
 namespace {
 
-std::string range_text(const ParamSpec& p) {
+// Integer bounds in full (2147483647, not 2.14748e+09); a bound at the int64 limit is "no bound".
+std::string bound_text(const ParamSpec& p, double v) {
   std::ostringstream os;
-  bool lo = std::isfinite(p.min), hi = std::isfinite(p.max);
-  if (lo && hi)
-    os << "[" << p.min << ", " << p.max << "]";
-  else if (lo)
-    os << ">= " << p.min;
-  else if (hi)
-    os << "<= " << p.max;
+  if (p.type == ParamType::integer && std::abs(v) < 0x1p63)
+    os << static_cast<long long>(v);
+  else
+    os << v;
   return os.str();
+}
+
+std::string range_text(const ParamSpec& p) {
+  const bool integer = p.type == ParamType::integer;
+  const bool lo = std::isfinite(p.min) && !(integer && p.min <= -0x1p63);
+  const bool hi = std::isfinite(p.max) && !(integer && p.max >= 0x1p63 - 1024);
+  if (lo && hi) return "[" + bound_text(p, p.min) + ", " + bound_text(p, p.max) + "]";
+  if (lo) return ">= " + bound_text(p, p.min);
+  if (hi) return "<= " + bound_text(p, p.max);
+  return "";
 }
 
 std::string default_text(const ParamSpec& p) {

@@ -148,3 +148,10 @@ TEST_CASE("masque mask: no tokens or a negative record number are usage errors",
   CHECK(negative.exit_code == 2);
   CHECK(negative.err.find("--record-id") != std::string::npos);
 }
+
+TEST_CASE("masque plugins: integer ranges are shown in full", "[cli]") {
+  auto r = run_masque({"plugins", "windowed-causal"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("range [1, 2147483647]") != std::string::npos);
+}
