@@ -223,6 +223,12 @@ TEST_CASE("classify: label names that do not fit the model's labels are a config
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("task.labels: 2 names for a model with 3 labels") != std::string::npos);
   INFO(r.err);
+  // A language model's folder: no labels in its config.json, and the message says so.
+  const RunResult lm = run_masque({"run", "--task", "classify", "--model",
+                                   (shared_dir() / "models/stories260k").string(), "-q"},
+                                  "hi\n");
+  CHECK(lm.exit_code == 2);
+  CHECK(lm.err.find("config.json has no id2label or num_labels") != std::string::npos);
 }
 
 TEST_CASE("embed: cls / mean / last pooling, raw and L2-normalised, match torch", "[embed]") {

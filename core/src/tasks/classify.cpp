@@ -60,7 +60,10 @@ LabelConfig read_labels(const Pipeline& pipeline, std::int32_t num_labels) {
   const char* from = "task.labels";
   if (labels.names.empty()) {
     labels.names = config_labels(config);
-    from = "config.json's id2label (or num_labels)";
+    from = config.contains("id2label") || config.contains("num_labels")
+               ? "config.json's id2label (or num_labels)"
+               : "config.json has no id2label or num_labels, so Hugging Face's default of 2 "
+                 "labels";
   }
   if (labels.names.size() != static_cast<std::size_t>(num_labels))
     throw ConfigError(std::string(from) + ": " + std::to_string(labels.names.size()) +
