@@ -164,6 +164,15 @@ TEST_CASE("sentencepiece: BOS/EOS configuration and decode", "[sentencepiece]") 
   CHECK(e.ids.back() == 2);
   CHECK(e.offsets.back() ==
         ByteSpan{static_cast<std::uint32_t>(text.size()), static_cast<std::uint32_t>(text.size())});
+  // A flag of another type is an error naming the file and key, not the default.
+  write_file(dir / "tokenizer_config.json", R"({"add_bos_token": "yes"})");
+  CHECK_THROWS_WITH(
+      tokenizer("sentencepiece", {{"path", dir.string()}, {"model", model}}),
+      Catch::Contains("tokenizer_config.json: add_bos_token: expected true or false"));
+  write_file(dir / "tokenizer_config.json", R"({"add_bos_token": null})");
+  CHECK(tokenizer("sentencepiece", {{"path", dir.string()}, {"model", model}})
+            ->encode(text, true)
+            .ids == with_bos);
   // Explicit parameters win.
   auto both = stories({{"add_bos", std::string("true")}, {"add_eos", std::string("true")}});
   e = both->encode(text, true);

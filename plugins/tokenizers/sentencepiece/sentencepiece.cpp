@@ -76,10 +76,20 @@ class SentencePiece final : public masque::Tokenizer {
     if (fs::exists(cfg_file)) {
       const nlohmann::json cfg =
           masque::tok::read_json_file(cfg_file.string(), "tokenizer configuration");
-      if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean())
-        cfg_bos = cfg["add_bos_token"].get<bool>();
-      if (cfg.contains("add_eos_token") && cfg["add_eos_token"].is_boolean())
-        cfg_eos = cfg["add_eos_token"].get<bool>();
+      if (!cfg.is_object())
+        throw ConfigError(cfg_file.string() + ": expected a JSON object, got " +
+                          std::string(cfg.type_name()));
+      // A value of another type would otherwise be ignored and the default used silently.
+      auto flag = [&](const char* key, bool& out) {
+        const auto it = cfg.find(key);
+        if (it == cfg.end() || it->is_null()) return;
+        if (!it->is_boolean())
+          throw ConfigError(cfg_file.string() + ": " + key + ": expected true or false, got " +
+                            it->dump());
+        out = it->get<bool>();
+      };
+      flag("add_bos_token", cfg_bos);
+      flag("add_eos_token", cfg_eos);
     }
     auto pick = [](const std::string& v, bool fallback) {
       const Tristate t = masque::tok::parse_tristate(v);
