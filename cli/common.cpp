@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -73,7 +76,38 @@ int default_threads(const dist::Communicator& comm) {
   return std::max(1, cores / std::max(1, comm.local_size()));
 }
 
+namespace {
+
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return a != "-" && b != "-" && std::filesystem::equivalent(a, b, ec);
+}
+
+// Files the run will write: never the input (opening it for writing would empty it before a
+// record is read), and the summary's folder must take it (found out at the end, the run's work
+// would be done but its summary lost).
+void check_written_files(const po::variables_map& vm) {
+  const std::string in = vm.count("input") ? vm["input"].as<std::string>() : "-";
+  if (vm.count("output") && same_file(in, vm["output"].as<std::string>()))
+    throw ConfigError("-o " + vm["output"].as<std::string>() + ": is the input file (-i " + in +
+                      "); writing it would destroy the input");
+  if (!vm.count("summary")) return;
+  const std::string summary = vm["summary"].as<std::string>();
+  if (same_file(in, summary))
+    throw ConfigError("--summary " + summary + ": is the input file (-i " + in + ")");
+  if (vm.count("output") && same_file(vm["output"].as<std::string>(), summary))
+    throw ConfigError("--summary " + summary + ": is the output file");
+  const std::filesystem::path parent = std::filesystem::path(summary).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw ConfigError("--summary " + summary + ": cannot write in " + dir + ": " +
+                      std::strerror(errno));
+}
+
+}  // namespace
+
 RunOptions run_options_from(const po::variables_map& vm, const Params& run_params) {
+  check_written_files(vm);
   RunOptions o;
   o.input.format = parse_input_format(vm["input-format"].as<std::string>());
   o.input.field = vm["field"].as<std::string>();

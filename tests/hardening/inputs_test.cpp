@@ -90,6 +90,33 @@ TEST_CASE("input and output streams that fail are reported with exit codes 2 and
   CHECK_THAT(missing.err, Contains("/no/such/corpus: cannot open the input file"));
 }
 
+TEST_CASE("an output or summary naming the input file is refused before the input is touched",
+          "[hardening][streams]") {
+  const auto dir = scratch_dir("same_file");
+  const auto input = dir / "corpus.txt";
+  write_file(input, "Once upon a time.\nThe end.\n");
+  std::filesystem::remove(dir / "link.txt");
+  std::filesystem::create_symlink(input, dir / "link.txt");
+  for (const auto& out : {input, dir / "link.txt"}) {
+    auto r = run_masque(
+        {"run", ready_pipeline("lm-score.yaml"), "-q", "-i", input.string(), "-o", out.string()});
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains("is the input file"));
+    CHECK(read_file(input) == "Once upon a time.\nThe end.\n");
+  }
+  auto summary = run_masque({"run", ready_pipeline("lm-score.yaml"), "-q", "-i", input.string(),
+                             "--summary", input.string()});
+  CHECK(summary.exit_code == 2);
+  CHECK(read_file(input) == "Once upon a time.\nThe end.\n");
+  auto unwritable =
+      run_masque({"run", ready_pipeline("lm-score.yaml"), "-q", "--summary", "/no/such/dir/s.json"},
+                 "Once upon a time.\n");
+  CHECK(unwritable.exit_code == 2);
+  CHECK(unwritable.out.empty());
+  CHECK_THAT(unwritable.err,
+             Contains("--summary /no/such/dir/s.json: cannot write in /no/such/dir"));
+}
+
 TEST_CASE("fail-fast: the run stops at the first failed record with exit 1",
           "[hardening][records]") {
   auto r = run_masque({"run", ready_pipeline("lm-score.yaml"), "--fail-fast", "-q"},
