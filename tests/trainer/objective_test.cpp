@@ -263,3 +263,33 @@ TEST_CASE("objective seq2seq on an encoder-decoder: teacher forcing from the sta
                               {.inputs = causal.get(), .source = bidirectional.get()}, info),
                     Catch::Contains("trains with objective seq2seq"));
 }
+
+TEST_CASE("objective: what a step could not lay out is refused when the record is prepared") {
+  auto tok = letters();
+  ModelInfo model = bert_like();
+  model.source_vocab_size = 12;
+  auto causal = load_mask("causal");
+  Objective lm({.kind = ObjectiveKind::causal_lm}, *tok, nullptr, {.inputs = causal.get()}, model);
+  Record ids = record(0, {});
+  ids.ids = std::vector<TokenId>{2, 5, 60, 3};
+  CHECK_THROWS_WITH(lm.prepare(ids), "id outside the model's vocabulary: 60 (12 ids)");
+  ids.ids = std::vector<TokenId>{2, 5, 11, 3};
+  CHECK(lm.prepare(ids).ids.size() == 4);
+
+  Params p;
+  p.set("stream", "query");
+  p.set("seed", std::int64_t{0});
+  auto perm = load_mask("permutation", p);
+  Objective plm({.kind = ObjectiveKind::plm, .plm_predict = 2}, *tok, nullptr,
+                {.inputs = perm.get()}, model);
+  for (const auto& order : {nlohmann::json::array({1, 0}), nlohmann::json::array({0, 0, 1, 2, 3}),
+                            nlohmann::json::array({0, 1, 2, 3, 9}),
+                            nlohmann::json::array({0, 1, 2, 3, -1})}) {
+    INFO(order.dump());
+    CHECK_THROWS_WITH(plm.prepare(record(0, {{"text", "a b c"}, {"order", order}})),
+                      Catch::StartsWith("bad order: "));
+  }
+  CHECK(
+      plm.prepare(record(0, {{"text", "a b c"}, {"order", nlohmann::json::array({4, 1, 3, 0, 2})}}))
+          .order.size() == 5);
+}

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "io/records.hpp"
 #include "masque/error.hpp"
@@ -230,6 +231,45 @@ void Objective::check_length(std::size_t tokens) const {
 }
 
 Example Objective::prepare(const Record& record) const {
+  Example e = build_example(record);
+  check_example(e);
+  return e;
+}
+
+void Objective::check_example(const Example& e) const {
+  auto check_ids = [](const std::vector<TokenId>& ids, std::int32_t size, const char* what) {
+    if (size <= 0) return;
+    for (const TokenId id : ids)
+      if (id < 0 || id >= size)
+        throw RecordError(std::string("id outside the model's ") + what + ": " +
+                          std::to_string(id) + " (" + std::to_string(size) + " ids)");
+  };
+  const bool encdec = encoder_decoder(model_);
+  // The input embeddings: the source's for an encoder-decoder, else the (only) token table;
+  // vocab_size may be a classification head's labels.
+  check_ids(e.ids, model_.source_vocab_size, encdec ? "source vocabulary" : "vocabulary");
+  if (encdec) check_ids(e.target, model_.vocab_size, "target vocabulary");
+  if (e.order.empty() || !masks_.inputs) return;
+  try {
+    (void)masks_.inputs->build(input_request(e, 0));
+  } catch (const RecordError& error) {  // "bad order" groups these in the skip summary
+    throw RecordError(std::string("bad order: ") + error.what());
+  }
+}
+
+MaskRequest Objective::input_request(const Example& e, std::int64_t epoch) const {
+  MaskRequest request = sequence_request(e.ids.size(), e.line);
+  request.segments = e.segments;
+  request.order = e.order;
+  request.context = e.context;
+  request.query_stream = options_.kind == ObjectiveKind::plm;
+  // A new random order for each epoch (a record's own `order` is used as it is).
+  if (options_.kind == ObjectiveKind::plm && epoch > 0)
+    request.record_id = mix_seed(e.line, static_cast<std::uint64_t>(epoch));
+  return request;
+}
+
+Example Objective::build_example(const Record& record) const {
   switch (options_.kind) {
     case ObjectiveKind::plm:
       return record.fields.contains(options_.target_field) ? prepare_infill(record)
@@ -282,7 +322,11 @@ std::vector<std::int32_t> Objective::order_of(const Record& record) const {
   if (it == record.fields.end()) return order;
   if (!it->is_array()) throw RecordError("'" + options_.order_field + "' must be an array");
   for (const auto& v : *it) {
-    if (!v.is_number_integer()) throw RecordError("'order' must be an array of integers");
+    // Beyond int32 a position would wrap into a valid-looking one.
+    if (!v.is_number_integer() || v.get<std::int64_t>() < INT32_MIN ||
+        v.get<std::int64_t>() > INT32_MAX)
+      throw RecordError("bad order: '" + options_.order_field +
+                        "' must be an array of positions, got " + v.dump());
     order.push_back(v.get<std::int32_t>());
   }
   return order;
@@ -331,15 +375,7 @@ TrainingBatch Objective::lay_out(std::span<const Example* const> examples,
     specs[r].segments = e.segments;
     specs[r].token_types = e.segments;  // BERT's token types are the segments (0 when none)
     specs[r].order = e.order;
-    MaskRequest request = sequence_request(e.ids.size(), e.line);
-    request.segments = e.segments;
-    request.order = e.order;
-    request.context = e.context;
-    request.query_stream = options_.kind == ObjectiveKind::plm;
-    // A new random order for each epoch (a record's own `order` is used as it is).
-    if (options_.kind == ObjectiveKind::plm && epoch > 0)
-      request.record_id = mix_seed(e.line, static_cast<std::uint64_t>(epoch));
-    masks[r] = masks_.inputs->build(request);
+    masks[r] = masks_.inputs->build(input_request(e, epoch));
     if (options_.kind == ObjectiveKind::plm) {
       SequenceMask& m = masks[r];
       const std::size_t n = e.ids.size(), ordered = m.query_positions.size();

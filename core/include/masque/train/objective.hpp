@@ -113,6 +113,11 @@ class BOOST_SYMBOL_VISIBLE Objective {
   // ConfigError when the mask cannot serve the objective (it would leak what is predicted, or
   // lacks a query stream plm needs).
   void check_mask() const;
+  Example build_example(const Record& record) const;
+  // RecordError for what would fail only once a step lays the example out: ids outside the
+  // model's tables, a record's own order the mask cannot use.
+  void check_example(const Example& e) const;
+  MaskRequest input_request(const Example& e, std::int64_t epoch) const;
   Example prepare_text(const Record& record) const;
   Example prepare_infill(const Record& record) const;
   std::vector<std::int32_t> order_of(const Record& record) const;  // the record's own, or empty
