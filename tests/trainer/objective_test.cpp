@@ -282,9 +282,9 @@ TEST_CASE("objective: what a step could not lay out is refused when the record i
   auto perm = load_mask("permutation", p);
   Objective plm({.kind = ObjectiveKind::plm, .plm_predict = 2}, *tok, nullptr,
                 {.inputs = perm.get()}, model);
-  for (const auto& order : {nlohmann::json::array({1, 0}), nlohmann::json::array({0, 0, 1, 2, 3}),
-                            nlohmann::json::array({0, 1, 2, 3, 9}),
-                            nlohmann::json::array({0, 1, 2, 3, -1})}) {
+  for (const auto& order :
+       {nlohmann::json::array({1, 0}), nlohmann::json::array({0, 0, 1, 2, 3}),
+        nlohmann::json::array({0, 1, 2, 3, 9}), nlohmann::json::array({0, 1, 2, 3, -1})}) {
     INFO(order.dump());
     CHECK_THROWS_WITH(plm.prepare(record(0, {{"text", "a b c"}, {"order", order}})),
                       Catch::StartsWith("bad order: "));

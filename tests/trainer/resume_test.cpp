@@ -120,3 +120,25 @@ TEST_CASE("resume: a trained folder loads in the model plugin and scores as the 
   CHECK(loss_sum / static_cast<double>(tokens) == Approx(reported.loss).epsilon(1e-5));
   CHECK(reported.loss < trainer.evaluate(c.examples, 4).loss + 1e-12);  // evaluation is pure
 }
+
+TEST_CASE("resume: a step that throws leaves the data cursor and the parameters as they were") {
+  Case c = unilm_case("seq2seq", 4);
+  c.examples[2].ids[1] = 1 << 24;  // no embedding row: only the step finds it (prepare would)
+  LoadedModel m = load_model(c.plugin, c.folder);
+  CaseObjective o = make_objective(c, m.model->info());
+  TrainableTransformer net(m.spec, m.params);
+  TrainerOptions plain = options(4);
+  plain.accumulation = 1;
+  plain.shuffle = false;
+  Trainer trainer(net, m.params, *o.objective, c.examples, plain);
+  trainer.step();
+  const nlohmann::json before = trainer.state();
+  const std::vector<float> weights(m.params[0].value.f32(),
+                                   m.params[0].value.f32() + m.params[0].value.numel());
+  CHECK_THROWS(trainer.step());
+  // A checkpoint written now is step 1's: resuming from it would not skip the batch.
+  CHECK(trainer.state() == before);
+  CHECK(std::equal(weights.begin(), weights.end(), m.params[0].value.f32()));
+  CHECK_THROWS(trainer.step());
+  CHECK(trainer.state() == before);
+}

@@ -298,6 +298,60 @@ TEST_CASE("train: bad records are skipped and reported by line, and too many sto
   CHECK_FALSE(fs::exists(dir / "strict/last"));
 }
 
+// A plm (or causal-lm) pipeline on tiny-bert-chinese: unilm_pipeline's with another objective
+// and mask.
+fs::path objective_pipeline(const fs::path& dir, const std::string& objective,
+                            const std::string& mask) {
+  std::string yaml = read_file(unilm_pipeline(dir, dir / "run", "  steps: 2\n"));
+  yaml.replace(yaml.find("objective: seq2seq"), 18, "objective: " + objective);
+  yaml.replace(yaml.find("plugin: seq2seq"), 15, mask);
+  write_file(dir / (objective + ".yaml"), yaml);
+  return dir / (objective + ".yaml");
+}
+
+TEST_CASE("train: a record a step could not lay out is skipped by line when the data is loaded",
+          "[train][cli][errors]") {
+  const fs::path dir = scratch_dir("train_cli_step_records");
+  std::string good;
+  for (int i = 0; i < 6; ++i) good += "{\"text\": \"" + chars(4, i) + "\"}\n";
+  write_file(dir / "train.jsonl", good);
+  // Orders of the wrong length, repeating a position, out of range, negative; one good.
+  write_file(dir / "valid.jsonl", good +
+                                      R"({"text": "北 京 欢 迎", "order": [1, 0]})"
+                                      "\n" +
+                                      R"({"text": "北 京 欢 迎", "order": [0, 0, 1, 2, 3, 4]})"
+                                      "\n" +
+                                      R"({"text": "北 京 欢 迎", "order": [0, 1, 2, 3, 4, 9]})"
+                                      "\n" +
+                                      R"({"text": "北 京 欢 迎", "order": [0, 1, 2, 3, 4, -1]})"
+                                      "\n" +
+                                      R"({"text": "北 京 欢 迎", "order": [5, 1, 2, 3, 4, 0]})"
+                                      "\n");
+  const fs::path plm =
+      objective_pipeline(dir, "plm", "plugin: permutation\n  stream: query\n  order: random");
+  const RunResult r = run_masque({"train", plm.string(), "--set",
+                                  "task.train_file=" + (dir / "train.jsonl").string(), "--set",
+                                  "task.valid_file=" + (dir / "valid.jsonl").string()});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  for (const char* line :
+       {"valid.jsonl:7: skipped: bad order", "valid.jsonl:8: skipped: bad order",
+        "valid.jsonl:9: skipped: bad order", "valid.jsonl:10: skipped: bad order"})
+    CHECK_THAT(r.err, Contains(line));
+  CHECK_THAT(r.err, Contains("7 usable records of 11"));
+  CHECK(fs::exists(dir / "run/last/model.safetensors"));
+
+  // ids outside the embedding table, in the training file: skipped and counted.
+  write_file(dir / "ids.jsonl", good + "{\"ids\": [101, 30000000, 102]}\n");
+  const fs::path lm = objective_pipeline(dir, "causal-lm", "plugin: causal");
+  const RunResult ids = run_masque(
+      {"train", lm.string(), "--set", "task.train_file=" + (dir / "ids.jsonl").string(), "--set",
+       "task.output=" + (dir / "ids").string(), "--set", "task.max_bad_records=0"});
+  INFO(ids.err);
+  CHECK(ids.exit_code == 2);
+  CHECK_THAT(ids.err, Contains("ids.jsonl:7: skipped: id outside the model's vocabulary"));
+}
+
 TEST_CASE("train: configuration mistakes are exit 2 with a message naming the key or folder",
           "[train][cli][errors]") {
   const fs::path dir = scratch_dir("train_cli_errors");

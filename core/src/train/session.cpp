@@ -164,6 +164,11 @@ class Session {
   void validate(std::int64_t step);
   void save(std::int64_t step);
   void log_step(const StepResult& r, double seconds);
+  [[noreturn]] void diverge(const std::string& what);
+  // After an error: a checkpoint of the last whole step, unless the run diverged (a NaN model
+  // is not worth keeping), so no error loses the steps made.
+  void keep_progress() noexcept;
+  int train();  // the steps, the final validation and checkpoint
   nlohmann::json state() const;
 
   Pipeline pipeline_;
@@ -193,6 +198,7 @@ class Session {
   double seconds_before_ = 0;  // training seconds of the run before a resume
   std::int64_t tokens_seen_ = 0;
   std::int64_t empty_steps_ = 0;  // steps with no token to predict (no update)
+  bool diverged_ = false;
   std::chrono::steady_clock::time_point start_;
 };
 
@@ -391,6 +397,8 @@ void Session::validate(std::int64_t step) {
   validated_step_ = step;
   const EvalResult e =
       trainer_->evaluate(valid_, static_cast<std::size_t>(settings_.valid_batch_size));
+  if (!std::isfinite(e.loss))  // before it could be saved as a best
+    diverge("the validation loss at step " + std::to_string(step) + " is " + number(e.loss));
   const double ppl = std::exp(e.loss);
   const bool best = e.loss < best_loss_;
   if (best) {
@@ -406,6 +414,27 @@ void Session::validate(std::int64_t step) {
   if (best) {
     save(step);
     store_->mark_best(step);
+  }
+}
+
+void Session::diverge(const std::string& what) {
+  diverged_ = true;
+  throw RuntimeError("training diverged: " + what + " (lower the lr, or clip gradients)");
+}
+
+void Session::keep_progress() noexcept {
+  const std::int64_t step = trainer_ ? trainer_->steps_done() : 0;
+  if (diverged_ || !leader() || !store_ || step == 0 || saved_step_ == step) return;
+  try {
+    save(step);
+    std::fprintf(stderr,
+                 "masque train: the run failed after step %lld; its checkpoint %s is whole "
+                 "(continue with --resume %s once the cause is fixed)\n",
+                 static_cast<long long>(step), store_->path_of(step).c_str(),
+                 settings_.output.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "masque train: could not keep step %lld: %s\n",
+                 static_cast<long long>(step), e.what());
   }
 }
 
@@ -480,6 +509,15 @@ int Session::run() {
                  d.embedding, d.residual, d.attention, d.activation,
                  static_cast<unsigned long long>(settings_.trainer.seed));
   }
+  try {
+    return train();
+  } catch (...) {
+    keep_progress();
+    throw;
+  }
+}
+
+int Session::train() {
   const StopSignals signals;
   const bool tty = isatty(2) && !options_.quiet && leader();
   Progress progress(total_, trainer_->steps_done(), tty);
@@ -515,8 +553,7 @@ int Session::run() {
                    static_cast<long long>(r.step));
     }
     if (!std::isfinite(r.loss))
-      throw RuntimeError("training diverged: the loss of step " + std::to_string(r.step) + " is " +
-                         number(r.loss) + " (lower the lr, or clip gradients)");
+      diverge("the loss of step " + std::to_string(r.step) + " is " + number(r.loss));
     progress.update(r.epoch, r.step, r.loss, r.lr, tokens_per_s);
     if (!tty && leader() && settings_.log_every > 0 && r.step % settings_.log_every == 0 &&
         !options_.quiet)

@@ -94,6 +94,22 @@ std::vector<const Example*> Trainer::next_micro_batch(std::int64_t& epoch) {
 }
 
 StepResult Trainer::step() {
+  const std::int64_t epoch = epoch_;
+  const std::size_t batch = batch_;
+  try {
+    return take_step();
+  } catch (...) {
+    // The update is the step's last act, so only the cursor moved: put it back.
+    if (epoch_ != epoch) {
+      epoch_ = epoch;
+      cut_epoch();
+    }
+    batch_ = batch;
+    throw;
+  }
+}
+
+StepResult Trainer::take_step() {
   // Lay this rank's parts of the step's micro-batches out first: the loss divides by all their
   // predicted tokens (over every rank).
   dist::Communicator* comm = options_.communicator;

@@ -70,6 +70,8 @@ class BOOST_SYMBOL_VISIBLE Trainer {
           std::vector<Example> examples, TrainerOptions options);
   ~Trainer();
 
+  // One optimizer step. When it throws (a batch it cannot lay out or run), the data cursor is
+  // back where it was and no parameter changed: the state is still that of steps_done() steps.
   StepResult step();
   // Mean token loss over `examples` in file order (no corruption randomness beyond the
   // objective's seeded one; no update).
@@ -89,6 +91,7 @@ class BOOST_SYMBOL_VISIBLE Trainer {
  private:
   // The next micro-batch of the data (the cursor moves on; a new epoch starts as needed).
   std::vector<const Example*> next_micro_batch(std::int64_t& epoch);
+  StepResult take_step();  // step() without the rollback
   void cut_epoch();
   // Forward, loss and backward of the step's micro-batches, one thread per part; returns the
   // summed token loss (in part order) and leaves the summed gradient in params_.
