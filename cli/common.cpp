@@ -53,7 +53,9 @@ po::options_description io_options() {
       "columns", po::value<std::string>(),
       "tsv: comma-separated column names (default: the first line is a header)")(
       "format,f", po::value<std::string>()->default_value("jsonl"),
-      "output: jsonl (one JSON object per record), text, tsv, nbest (id ||| text ||| score)")(
+      "output: jsonl (one JSON object per record), text (the text as it is, for reading: a "
+      "generated text may span lines), tsv, nbest (id ||| text ||| score; tsv and nbest escape "
+      "tabs and newlines as \\t and \\n, one line per record or hypothesis)")(
       "keep-fields", po::bool_switch(), "copy the input fields into each JSON output record")(
       "unbuffered", po::bool_switch(), "flush after every record")(
       "threads,t", po::value<int>(),

@@ -147,3 +147,29 @@ TEST_CASE("resume: a different input or pipeline is refused", "[e2e][resume]") {
   CHECK_THAT(from_stdin.err, Catch::Contains("needs -i FILE"));
   CHECK(read_file(out) == partial);  // refused runs leave the output alone
 }
+
+TEST_CASE("resume: nbest output of generated text with newlines is one line per hypothesis",
+          "[e2e][resume]") {
+  const auto dir = scratch_dir("resume_nbest");
+  // Stories from these prompts run over several lines of text.
+  std::string prompts;
+  for (int i = 0; i < 12; ++i) prompts += i % 3 == 0 ? "\n" : i % 3 == 1 ? "Lily\n" : "A dog\n";
+  write_file(dir / "prompts.txt", prompts);
+  const std::string gen = (source_dir() / "pipelines/lm-generate.yaml").string();
+  const std::string args =
+      " run " + gen + " -i " + (dir / "prompts.txt").string() + " -f nbest -q --threads 1 -o ";
+  REQUIRE(shell(binary().string() + args + (dir / "full.txt").string()) == 0);
+  const std::string full = read_file(dir / "full.txt");
+  CHECK(lines(full) == 12);
+  CHECK(full.find("\\n") != std::string::npos);  // the newlines are there, escaped
+  // A failed write (the file size limit) leaves a partial output to resume.
+  const auto out = dir / "out.txt";
+  CHECK(shell("trap \"\" XFSZ; ulimit -f 4; " + binary().string() + args + out.string()) == 3);
+  REQUIRE(fs::file_size(out) > 0);
+  REQUIRE(fs::file_size(out) < full.size());
+  const auto r = run_masque({"run", gen, "-i", (dir / "prompts.txt").string(), "-f", "nbest", "-q",
+                             "--threads", "1", "-o", out.string(), "--resume"});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(read_file(out) == full);
+}

@@ -75,10 +75,12 @@ std::string render(const Result& result, OutputFormat format,
       return line;
     }
     case OutputFormat::nbest: {
-      // Marian/Moses n-best lines: id ||| text ||| score
+      // Marian/Moses n-best lines: id ||| text ||| score, escaped as TSV cells so that each
+      // hypothesis is one line (a generated text may hold newlines; --resume reads lines).
       std::string out;
       auto add = [&](const std::string& text, const std::string& score) {
-        out.append(id).append(" ||| ").append(text).append(" ||| ").append(score).append("\n");
+        out.append(id).append(" ||| ").append(escape_tsv(text)).append(" ||| ");
+        out.append(escape_tsv(score)).append("\n");
       };
       if (!result.error.empty())
         add("", "error: " + result.error);
