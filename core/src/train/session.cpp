@@ -168,7 +168,7 @@ class Session {
   // After an error: a checkpoint of the last whole step, unless the run diverged (a NaN model
   // is not worth keeping), so no error loses the steps made.
   void keep_progress() noexcept;
-  int train();  // the steps, the final validation and checkpoint
+  int train_steps();  // the steps, the final validation and checkpoint
   nlohmann::json state() const;
 
   Pipeline pipeline_;
@@ -510,14 +510,14 @@ int Session::run() {
                  static_cast<unsigned long long>(settings_.trainer.seed));
   }
   try {
-    return train();
+    return train_steps();
   } catch (...) {
     keep_progress();
     throw;
   }
 }
 
-int Session::train() {
+int Session::train_steps() {
   const StopSignals signals;
   const bool tty = isatty(2) && !options_.quiet && leader();
   Progress progress(total_, trainer_->steps_done(), tty);
