@@ -1,5 +1,11 @@
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+
 #include "masque/error.hpp"
 #include "masque/train/checkpoint.hpp"
 #include "test_support.hpp"
@@ -71,4 +77,37 @@ TEST_CASE("checkpoints: a staging folder left by a crash is removed, never resum
   CHECK(test::read_file(root / "checkpoint-000005" / "trainer_state.json") ==
         "{\"step\": 5, \"again\": true}");
   CHECK_FALSE(fs::exists(root / "checkpoint-000005" / "model.safetensors"));
+}
+
+TEST_CASE("checkpoints: a prune killed midway leaves no partial checkpoint") {
+  const fs::path root = test::scratch_dir("ckpt_prune_kill");
+  constexpr int kFiles = 20000;  // so that deleting them takes long enough to be interrupted
+  {
+    CheckpointStore store(root, 1);
+    store.save(1, [&](const fs::path& dir) { write_state(dir, 1); });
+  }
+  for (int i = 0; i < kFiles; ++i)  // added after the save: no fsync of each
+    std::ofstream(root / "checkpoint-000001" / std::to_string(i)) << 'x';
+  const fs::path old = root / "checkpoint-000001";
+  // The entry a deletion removes first (remove_all follows the directory's own order).
+  const fs::path first = fs::directory_iterator(old)->path();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    CheckpointStore store(root, 1);
+    store.save(2, [&](const fs::path& dir) { write_state(dir, 2); });  // prunes step 1
+    _exit(0);
+  }
+  int status = 0;
+  while (fs::exists(first) && waitpid(pid, &status, WNOHANG) == 0) {
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  if (fs::exists(old)) {
+    std::size_t files = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(old)) ++files;
+    CHECK(files == kFiles + 2);  // whole, or not there at all
+  }
+  const CheckpointStore reopened(root, 1);
+  for (const auto& e : fs::directory_iterator(root))
+    CHECK(e.path().filename().string().rfind(".staging", 0) == std::string::npos);
 }

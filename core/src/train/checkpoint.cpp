@@ -158,8 +158,22 @@ void CheckpointStore::prune() {
     if ((best_path && fs::equivalent(*best_path, p)) ||
         (last_path && fs::equivalent(*last_path, p)))
       continue;
-    remove_all_or_throw(p);
+    discard(p);
   }
+}
+
+void CheckpointStore::discard(const fs::path& checkpoint) const {
+  // Hidden first, then deleted: a kill during the deletion leaves a staging folder (removed
+  // when the store is next opened), never a partial checkpoint.
+  const fs::path doomed =
+      root_ / (std::string(kStaging) + "-discarded-" + checkpoint.filename().string() + "-" +
+               std::to_string(::getpid()));
+  remove_all_or_throw(doomed);
+  std::error_code ec;
+  fs::rename(checkpoint, doomed, ec);
+  if (ec) throw RuntimeError(checkpoint.string() + ": cannot remove: " + ec.message());
+  sync_directory(root_);
+  remove_all_or_throw(doomed);
 }
 
 fs::path CheckpointStore::resolve_resume(const fs::path& dir) {

@@ -8,7 +8,8 @@
 // A checkpoint is written into a hidden staging folder and renamed into place once every file
 // in it is flushed; `last` and `best` are symlinks replaced by rename. A crash at any moment
 // leaves the previous checkpoints and links intact, and a stale staging folder is removed the
-// next time the store is opened.
+// next time the store is opened. A pruned checkpoint is renamed to a staging name before it is
+// deleted, so no partial checkpoint is ever visible.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +50,7 @@ class BOOST_SYMBOL_VISIBLE CheckpointStore {
 
  private:
   void prune();
+  void discard(const std::filesystem::path& checkpoint) const;  // removes it, never partly
   void point(const char* link, std::int64_t step);
   std::optional<std::filesystem::path> target(const char* link) const;
 
