@@ -419,6 +419,36 @@ TEST_CASE("train: a resumed run keeps saving after the checkpoint it resumed fro
   CHECK_THAT(read_file(dir / "cut/pipeline.yaml"), !Contains("checkpoint-000001"));
 }
 
+TEST_CASE("train: resuming before the last checkpoint drops the abandoned ones and their best",
+          "[train][cli]") {
+  const fs::path dir = scratch_dir("train_cli_resume_earlier");
+  write_pairs(dir / "train.tsv", 24);
+  write_pairs(dir / "valid.tsv", 6, 100);
+  const fs::path pipeline = unilm_pipeline(
+      dir, dir / "run",
+      "  steps: 6\n  save_every: 2\n  valid_every: 2\n  keep_last: 10\n  valid_file: " +
+          (dir / "valid.tsv").string() + "\n");
+  REQUIRE(run_masque({"train", pipeline.string(), "-q"}).exit_code == 0);
+  REQUIRE(fs::exists(dir / "run/checkpoint-000006"));
+  const auto best_step = [&](const fs::path& checkpoint) {
+    return nlohmann::json::parse(read_file(checkpoint / "trainer_state.json"))["best_step"];
+  };
+  REQUIRE(best_step(dir / "run/checkpoint-000002") == 2);
+  // Resumed at step 2, stopped after step 3 (a tiny time budget), without validation.
+  const RunResult r = run_masque(
+      {"train", pipeline.string(), "-q", "--resume", (dir / "run/checkpoint-000002").string(),
+       "--set", "task.max_minutes=1e-9", "--set", "task.valid_file=", "--set", "task.keep_last=1"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(fs::equivalent(dir / "run/last", dir / "run/checkpoint-000003"));
+  CHECK_FALSE(fs::exists(dir / "run/checkpoint-000004"));
+  CHECK_FALSE(fs::exists(dir / "run/checkpoint-000006"));
+  // `best` is the resumed state's best, kept by the pruning.
+  REQUIRE(fs::exists(dir / "run/best"));
+  CHECK(fs::equivalent(dir / "run/best", dir / "run/checkpoint-000002"));
+  CHECK(best_step(dir / "run/last") == 2);
+}
+
 TEST_CASE("train: --resume refuses a run whose data order changed", "[train][cli][errors]") {
   const fs::path dir = scratch_dir("train_cli_resume_changed");
   write_pairs(dir / "train.tsv", 8);

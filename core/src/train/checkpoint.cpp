@@ -176,6 +176,22 @@ void CheckpointStore::discard(const fs::path& checkpoint) const {
   remove_all_or_throw(doomed);
 }
 
+std::vector<std::int64_t> CheckpointStore::resume_at(std::int64_t step, std::int64_t best_step) {
+  std::vector<std::int64_t> abandoned;
+  for (const std::int64_t s : steps())
+    if (s > step) abandoned.push_back(s);
+  // `best` first: it may name an abandoned checkpoint, and must never dangle.
+  if (best_step >= 0 && best_step <= step && fs::is_directory(path_of(best_step))) {
+    point("best", best_step);
+  } else {
+    std::error_code ec;
+    fs::remove(root_ / "best", ec);
+  }
+  if (fs::is_directory(path_of(step))) point("last", step);
+  for (const std::int64_t s : abandoned) discard(path_of(s));
+  return abandoned;
+}
+
 fs::path CheckpointStore::resolve_resume(const fs::path& dir) {
   if (fs::exists(dir / "trainer_state.json")) return dir;
   if (fs::exists(dir / "last" / "trainer_state.json")) return fs::canonical(dir / "last");

@@ -161,6 +161,9 @@ class Session {
   std::vector<Example> load(const fs::path& file, const char* what) const;
   std::int64_t total_steps(const std::vector<Example>& examples) const;
   void restore();
+  // Resumed before the run folder's last checkpoint: the later ones and a `best` among them
+  // belong to a continuation this run replaces.
+  void forget_abandoned();
   void validate(std::int64_t step);
   void save(std::int64_t step);
   void log_step(const StepResult& r, double seconds);
@@ -380,6 +383,17 @@ void Session::restore() {
                  static_cast<long long>(trainer_->steps_done()));
 }
 
+void Session::forget_abandoned() {
+  if (!leader()) return;
+  const fs::path checkpoint = fs::canonical(CheckpointStore::resolve_resume(options_.resume));
+  std::error_code ec;
+  if (!fs::equivalent(checkpoint.parent_path(), settings_.output, ec)) return;  // another run's
+  const std::int64_t step = trainer_->steps_done();
+  for (const std::int64_t s : store_->resume_at(step, best_step_))
+    std::fprintf(stderr, "masque train: removed %s: it continued step %lld before this resume\n",
+                 store_->path_of(s).c_str(), static_cast<long long>(step));
+}
+
 void Session::save(std::int64_t step) {
   if (saved_step_ == step || !leader()) return;
   const nlohmann::json s = state();
@@ -481,13 +495,15 @@ int Session::run() {
   // Rank 0 alone owns the run folder (an error there ends every rank: cmd_train aborts the job).
   if (leader()) store_ = std::make_unique<CheckpointStore>(settings_.output, settings_.keep_last);
   start_ = std::chrono::steady_clock::now();
-  if (!options_.resume.empty())
+  if (!options_.resume.empty()) {
     restore();
-  else if (leader() && !store_->steps().empty())
+    forget_abandoned();
+  } else if (leader() && !store_->steps().empty()) {
     throw ConfigError(settings_.output.string() + " already holds a run (" +
                       store_->path_of(store_->steps().back()).filename().string() +
                       "): continue it with --resume " + settings_.output.string() +
                       ", or set another task.output");
+  }
   if (leader()) {
     metrics_ = MetricsLog(settings_.output / "metrics.jsonl", trainer_->steps_done());
     write_file_atomically(settings_.output / "pipeline.yaml", pipeline_.dump());

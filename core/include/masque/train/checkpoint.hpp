@@ -37,6 +37,11 @@ class BOOST_SYMBOL_VISIBLE CheckpointStore {
   // `best` points to checkpoint `step` (which must exist); it is kept from then on.
   void mark_best(std::int64_t step);
 
+  // A run resumed at `step` (whose state names `best_step`, or -1): the checkpoints after
+  // `step` belong to an abandoned continuation and are removed (returned), `best` points to
+  // `best_step` when it is on disk (else it is removed) and `last` to `step`.
+  std::vector<std::int64_t> resume_at(std::int64_t step, std::int64_t best_step);
+
   // Step checkpoints on disk, oldest first.
   std::vector<std::int64_t> steps() const;
   std::filesystem::path path_of(std::int64_t step) const;
