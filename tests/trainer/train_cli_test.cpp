@@ -466,6 +466,41 @@ TEST_CASE("train: --resume refuses a run whose data order changed", "[train][cli
             .exit_code == 0);
 }
 
+TEST_CASE("train: --resume refuses settings that change the steps, naming the old and new value",
+          "[train][cli][errors]") {
+  const fs::path dir = scratch_dir("train_cli_resume_settings");
+  write_pairs(dir / "train.tsv", 8);
+  const fs::path pipeline = unilm_pipeline(dir, dir / "run", "  steps: 4\n  save_every: 1\n");
+  REQUIRE(run_masque({"train", pipeline.string(), "-q"}).exit_code == 0);
+  const std::string from = (dir / "run/checkpoint-000003").string();
+  for (const auto& [set, says] : std::vector<std::pair<std::string, std::string>>{
+           {"task.lr=0.5", "task.lr 0.001, this one 0.5"},
+           {"task.schedule=cosine", "task.schedule \"linear\", this one \"cosine\""},
+           {"task.warmup_steps=3", "task.warmup_steps"},
+           {"task.weight_decay=0.5", "task.weight_decay"},
+           {"task.label_smoothing=0.1", "task.label_smoothing"},
+           {"task.max_grad_norm=0", "task.max_grad_norm"},
+           {"mask.plugin=causal", "mask.plugin \"seq2seq\", this one \"causal\""}}) {
+    const RunResult r =
+        run_masque({"train", pipeline.string(), "-q", "--resume", from, "--set", set});
+    INFO(set << ": " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains(says));
+  }
+  // Other records, as many as before: refused by their content; the same content is not.
+  write_pairs(dir / "other.tsv", 8, 3);
+  const RunResult other = run_masque({"train", pipeline.string(), "-q", "--resume", from, "--set",
+                                      "task.train_file=" + (dir / "other.tsv").string()});
+  CHECK(other.exit_code == 2);
+  CHECK_THAT(other.err, Contains("task.train_file"));
+  fs::copy_file(dir / "train.tsv", dir / "same.tsv");
+  const RunResult same = run_masque({"train", pipeline.string(), "-q", "--resume", from, "--set",
+                                     "task.train_file=" + (dir / "same.tsv").string(), "--set",
+                                     "task.max_minutes=30"});
+  INFO(same.err);
+  CHECK(same.exit_code == 0);
+}
+
 TEST_CASE("train: an objective under a mask that shows what it predicts is refused before training",
           "[train][cli][errors]") {
   const fs::path dir = scratch_dir("train_cli_mask_mismatch");

@@ -12,6 +12,7 @@
 #include <limits>
 #include <set>
 #include <thread>
+#include <variant>
 
 #include "io/read_file.hpp"
 #include "masque/error.hpp"
@@ -127,6 +128,90 @@ std::vector<std::pair<fs::path, std::string>> tokenizer_files(const Pipeline& pi
   return files;
 }
 
+// ---- what decides a run's trajectory ------------------------------------------------------
+
+nlohmann::json json_of(const ParamValue& value) {
+  return std::visit([](const auto& v) { return nlohmann::json(v); }, value);
+}
+
+// Task keys that change what the steps compute (the data order's keys are the trainer's, the
+// length of the run is total_steps).
+const char* const kTrajectoryKeys[] = {"objective",
+                                       "lr",
+                                       "schedule",
+                                       "warmup_steps",
+                                       "warmup_ratio",
+                                       "weight_decay",
+                                       "adam_beta1",
+                                       "adam_beta2",
+                                       "adam_epsilon",
+                                       "max_grad_norm",
+                                       "label_smoothing",
+                                       "mlm_probability",
+                                       "plm_predict",
+                                       "plm_fraction",
+                                       "plm_target_slack",
+                                       "max_length",
+                                       "dropout",
+                                       "matmul_dtype",
+                                       "input_format",
+                                       "columns",
+                                       "field",
+                                       "source_field",
+                                       "target_field",
+                                       "order_field",
+                                       "label_field"};
+
+// FNV-1a over a file's bytes: the same records under another name are the same data.
+std::string digest_of(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
+    for (std::streamsize i = 0; i < in.gcount(); ++i) {
+      h ^= static_cast<unsigned char>(buffer[i]);
+      h *= 0x100000001b3ull;
+    }
+  }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
+
+// What a resumed run must share with its checkpoint's to continue exactly, by the key a user
+// sets: the task keys above, the plugins of the mask and model and the tokenizers' settings,
+// and the training data's content.
+nlohmann::json trajectory_of(const Pipeline& pipeline) {
+  nlohmann::json t = nlohmann::json::object();
+  for (const char* key : kTrajectoryKeys)
+    if (pipeline.task_params.has(key))
+      t[std::string("task.") + key] = json_of(pipeline.task_params.values().at(key));
+  const fs::path data = pipeline.task_params.get_string("train_file");
+  t["task.train_file"] = "content " + digest_of(data);
+  for (const auto& [section, config] : pipeline.plugins) {
+    if (section == "model") {  // its path is the checkpoint when resuming
+      t["model.plugin"] = config.entry->descriptor->name;
+      continue;
+    }
+    t[section + ".plugin"] = config.entry->descriptor->name;
+    const PluginDescriptor& d = *config.entry->descriptor;
+    for (std::size_t i = 0; i < d.num_params; ++i)  // paths: the checkpoint carries the files
+      if (d.params[i].type != ParamType::path && config.params.has(d.params[i].name))
+        t[section + "." + d.params[i].name] = json_of(config.params.values().at(d.params[i].name));
+  }
+  return t;
+}
+
+// "KEY OLD, this one NEW" for each key of the checkpoint's trajectory that changed.
+std::vector<std::string> changed_keys(const nlohmann::json& before, const nlohmann::json& now) {
+  std::vector<std::string> changed;
+  for (const auto& [key, old] : before.items()) {
+    const nlohmann::json value = now.contains(key) ? now[key] : nlohmann::json();
+    if (value != old) changed.push_back(key + " " + old.dump() + ", this one " + value.dump());
+  }
+  return changed;
+}
+
 // ---- what the run prints ------------------------------------------------------------------
 
 std::string number(double v, int digits = 4) {
@@ -161,6 +246,8 @@ class Session {
   std::vector<Example> load(const fs::path& file, const char* what) const;
   std::int64_t total_steps(const std::vector<Example>& examples) const;
   void restore();
+  // ConfigError naming each key whose change would make the resumed run differ.
+  void check_trajectory(const nlohmann::json& state, const fs::path& file) const;
   // Resumed before the run folder's last checkpoint: the later ones and a `best` among them
   // belong to a continuation this run replaces.
   void forget_abandoned();
@@ -192,6 +279,7 @@ class Session {
   std::unique_ptr<CheckpointStore> store_;
   MetricsLog metrics_;
   std::vector<Example> valid_;
+  nlohmann::json trajectory_;  // trajectory_of(the pipeline), kept in every checkpoint
   // Files every checkpoint carries (config.json, generation_config.json, the tokenizers'),
   // read once: the folder they came from may be a checkpoint the run prunes.
   std::vector<std::pair<std::string, std::string>> carried_;  // name, bytes
@@ -349,6 +437,7 @@ nlohmann::json Session::state() const {
   s["tokens_seen"] = tokens_seen_;
   s["empty_steps"] = empty_steps_;
   s["objective"] = to_string(settings_.objective.kind);
+  s["trajectory"] = trajectory_;
   return s;
 }
 
@@ -370,6 +459,7 @@ void Session::restore() {
   if (state.value("objective", objective) != objective)
     throw ConfigError(state_file.string() + ": the checkpoint's run has task.objective " +
                       state.value("objective", "") + ", this one " + objective);
+  check_trajectory(state, state_file);
   trainer_->restore(state, checkpoint / "optimizer.bin");
   if (state.contains("best_valid_loss") && state["best_valid_loss"].is_number())
     best_loss_ = state["best_valid_loss"].get<double>();
@@ -392,6 +482,18 @@ void Session::forget_abandoned() {
   for (const std::int64_t s : store_->resume_at(step, best_step_))
     std::fprintf(stderr, "masque train: removed %s: it continued step %lld before this resume\n",
                  store_->path_of(s).c_str(), static_cast<long long>(step));
+}
+
+void Session::check_trajectory(const nlohmann::json& state, const fs::path& file) const {
+  if (!state.contains("trajectory") || !state["trajectory"].is_object()) return;  // older runs
+  const std::vector<std::string> changed = changed_keys(state["trajectory"], trajectory_);
+  if (changed.empty()) return;
+  std::string text;
+  for (const std::string& c : changed) text += (text.empty() ? "" : "; ") + c;
+  throw ConfigError(file.string() + ": the checkpoint's run has " + text +
+                    " (a resumed run continues exactly: set it back, or start a new run from "
+                    "the checkpoint with model.path=" +
+                    file.parent_path().string() + ")");
 }
 
 void Session::save(std::int64_t step) {
@@ -470,6 +572,7 @@ int Session::run() {
       throw ConfigError("task.output: cannot make the run folder " + settings_.output.string() +
                         (error ? ": " + error.message() : ": a file is in the way"));
   }
+  trajectory_ = trajectory_of(pipeline_);
   load_model();
   const std::vector<Example> train = load(settings_.train_file, "train");
   if (!settings_.valid_file.empty()) valid_ = load(settings_.valid_file, "valid");
