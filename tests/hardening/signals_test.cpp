@@ -1,4 +1,5 @@
-// SIGTERM, like SIGINT (tests/e2e), stops a run with only complete records written.
+// SIGTERM, like SIGINT (tests/e2e), stops a run with only complete records written; so do the
+// other signals whose default action would end the process (HUP, QUIT, USR1, USR2).
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -23,10 +24,10 @@ std::size_t lines_in(const fs::path& file) {
   return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
 }
 
-}  // namespace
-
-TEST_CASE("signals: SIGTERM leaves only complete records", "[hardening][signals]") {
-  const fs::path dir = scratch_dir("sigterm");
+// Runs a generation into a file, sends `sig` once a few records are written and checks that
+// the run ended with 128+sig, only complete records and the message saying how many.
+void check_stopped_by(int sig) {
+  const fs::path dir = scratch_dir("signal_" + std::to_string(sig));
   write_lines(dir / "in.txt", 400, [](std::size_t) { return "Once upon a time"; });
   const std::string out = (dir / "out.jsonl").string(), err = (dir / "err.txt").string();
   const std::vector<std::string> args = {binary().string(),
@@ -53,11 +54,12 @@ TEST_CASE("signals: SIGTERM leaves only complete records", "[hardening][signals]
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
   while ((!fs::exists(out) || lines_in(out) < 3) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  kill(pid, SIGTERM);
+  kill(pid, sig);
   int status = 0;
   waitpid(pid, &status, 0);
+  INFO("signal " << sig << ", stderr: " << read_file(err));
   REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 128 + SIGTERM);
+  CHECK(WEXITSTATUS(status) == 128 + sig);
   const std::string text = read_file(out);
   REQUIRE(!text.empty());
   CHECK(text.back() == '\n');
@@ -67,4 +69,15 @@ TEST_CASE("signals: SIGTERM leaves only complete records", "[hardening][signals]
   for (std::size_t i = 0; i < records.size(); ++i) CHECK(records[i]["id"] == i);
   CHECK_THAT(read_file(err),
              Contains("interrupted after " + std::to_string(records.size()) + " complete records"));
+}
+
+}  // namespace
+
+TEST_CASE("signals: SIGTERM leaves only complete records", "[hardening][signals]") {
+  check_stopped_by(SIGTERM);
+}
+
+TEST_CASE("signals: SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 stop a run like SIGTERM",
+          "[hardening][signals]") {
+  check_stopped_by(GENERATE(SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2));
 }

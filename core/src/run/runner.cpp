@@ -14,6 +14,7 @@
 #include "masque/error.hpp"
 #include "run/batcher.hpp"
 #include "run/ordered_writer.hpp"
+#include "run/stop_signals.hpp"
 #include "run/thread_pool.hpp"
 
 namespace masque {
@@ -50,10 +51,7 @@ std::vector<Result> run_task(const Task& task, std::span<Item* const> batch, std
 
 // Signals go to the main thread, which stops reading; the writer finishes whole records.
 void block_stop_signals() {
-  sigset_t block;
-  sigemptyset(&block);
-  sigaddset(&block, SIGINT);
-  sigaddset(&block, SIGTERM);
+  const sigset_t block = stop_signal_set(false);
   pthread_sigmask(SIG_BLOCK, &block, nullptr);
 }
 
@@ -206,8 +204,7 @@ void install_signal_handlers() {
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = 0;  // no SA_RESTART: a blocking read returns so the run can stop
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  for (int sig : kStopSignals) sigaction(sig, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 }
 

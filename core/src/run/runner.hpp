@@ -46,8 +46,9 @@ struct RunStats {
   bool complete() const { return !interrupted && !stopped_on_failure && output_error.empty(); }
 };
 
-// Installs SIGINT/SIGTERM handlers that make run_corpus stop cleanly (only complete records
-// are written) and ignores SIGPIPE (a closed output is reported as a write error).
+// Installs handlers of the stop signals (run/stop_signals.hpp: HUP, INT, QUIT, TERM, USR1,
+// USR2) that make run_corpus stop cleanly (only complete records are written) and ignores
+// SIGPIPE (a closed output is reported as a write error).
 void install_signal_handlers();
 int interrupt_signal();  // the signal that interrupted the run, or 0
 

@@ -4,14 +4,13 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include "run/stop_signals.hpp"
+
 namespace masque {
 
 ThreadPool::ThreadPool(int workers, int intra_threads) {
-  sigset_t block, old;
-  sigemptyset(&block);
-  sigaddset(&block, SIGINT);
-  sigaddset(&block, SIGTERM);
-  sigaddset(&block, SIGPIPE);
+  const sigset_t block = stop_signal_set(true);
+  sigset_t old;
   pthread_sigmask(SIG_BLOCK, &block, &old);  // inherited by the new threads
   for (int i = 0; i < workers; ++i)
     threads_.emplace_back([this, intra_threads] { work(intra_threads); });
