@@ -501,6 +501,37 @@ TEST_CASE("train: --resume refuses settings that change the steps, naming the ol
   CHECK(same.exit_code == 0);
 }
 
+TEST_CASE("train: --resume refuses a trainer state with values out of range or missing",
+          "[train][cli][errors]") {
+  const fs::path dir = scratch_dir("train_cli_resume_state");
+  write_pairs(dir / "train.tsv", 8);
+  const fs::path pipeline = unilm_pipeline(dir, dir / "run", "  steps: 4\n  save_every: 2\n");
+  REQUIRE(run_masque({"train", pipeline.string(), "-q"}).exit_code == 0);
+  const nlohmann::json good =
+      nlohmann::json::parse(read_file(dir / "run/checkpoint-000002/trainer_state.json"));
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, nlohmann::json>>{{"step", 100},
+                                                           {"step", -3},
+                                                           {"batch_in_epoch", 999999},
+                                                           {"epoch", -1},
+                                                           {"best_step", 3},
+                                                           {"examples", nullptr}}) {
+    const fs::path bad = dir / "bad";
+    fs::remove_all(bad);
+    fs::copy(dir / "run/checkpoint-000002", bad);
+    nlohmann::json state = good;
+    if (value.is_null())
+      state.erase(key);
+    else
+      state[key] = value;
+    write_file(bad / "trainer_state.json", state.dump());
+    const RunResult r = run_masque({"train", pipeline.string(), "-q", "--resume", bad.string()});
+    INFO(key << " = " << value.dump() << ": " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains("trainer_state.json: " + key + ": "));
+  }
+}
+
 TEST_CASE("train: an objective under a mask that shows what it predicts is refused before training",
           "[train][cli][errors]") {
   const fs::path dir = scratch_dir("train_cli_mask_mismatch");

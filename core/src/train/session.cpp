@@ -451,22 +451,41 @@ void Session::restore() {
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(state_file.string() + ": not a trainer state: " + e.what());
   }
-  if (state.value("total_steps", total_) != total_)
-    throw ConfigError(state_file.string() + ": the checkpoint's run has " +
-                      std::to_string(state.value("total_steps", 0)) + " steps, this one " +
-                      std::to_string(total_) + " (steps, epochs or batching changed?)");
+  const std::string file = state_file.string();
+  if (!state.is_object()) throw ConfigError(file + ": not a trainer state (not a JSON object)");
+  // An optional integer in [low, high]: a hand-edited or damaged state is named, not obeyed.
+  auto optional_int = [&](const char* key, std::int64_t fallback, std::int64_t low,
+                          std::int64_t high) {
+    if (!state.contains(key)) return fallback;
+    const nlohmann::json& v = state[key];
+    if (!v.is_number_integer() || v.get<std::int64_t>() < low || v.get<std::int64_t>() > high)
+      throw ConfigError(file + ": " + key + ": " + v.dump() + " is not an integer in [" +
+                        std::to_string(low) + ", " + std::to_string(high) + "]");
+    return v.get<std::int64_t>();
+  };
+  const std::int64_t total = optional_int("total_steps", total_, 1, INT64_MAX);
+  if (total != total_)
+    throw ConfigError(file + ": the checkpoint's run has " + std::to_string(total) +
+                      " steps, this one " + std::to_string(total_) +
+                      " (steps, epochs or batching changed?)");
   const std::string objective = to_string(settings_.objective.kind);
-  if (state.value("objective", objective) != objective)
-    throw ConfigError(state_file.string() + ": the checkpoint's run has task.objective " +
-                      state.value("objective", "") + ", this one " + objective);
+  if (state.contains("objective") && state["objective"] != objective)
+    throw ConfigError(file + ": the checkpoint's run has task.objective " +
+                      state["objective"].dump() + ", this one " + objective);
   check_trajectory(state, state_file);
   trainer_->restore(state, checkpoint / "optimizer.bin");
-  if (state.contains("best_valid_loss") && state["best_valid_loss"].is_number())
-    best_loss_ = state["best_valid_loss"].get<double>();
-  best_step_ = state.value("best_step", std::int64_t{-1});
-  seconds_before_ = state.value("seconds", 0.0);
-  tokens_seen_ = state.value("tokens_seen", std::int64_t{0});
-  empty_steps_ = state.value("empty_steps", std::int64_t{0});
+  const std::int64_t step = trainer_->steps_done();
+  const nlohmann::json loss = state.value("best_valid_loss", nlohmann::json());
+  if (!loss.is_null() && !loss.is_number())
+    throw ConfigError(file + ": best_valid_loss: expected a number or null, got " + loss.dump());
+  if (loss.is_number()) best_loss_ = loss.get<double>();
+  best_step_ = optional_int("best_step", -1, -1, step);
+  const nlohmann::json seconds = state.value("seconds", nlohmann::json(0.0));
+  if (!seconds.is_number() || seconds.get<double>() < 0)
+    throw ConfigError(file + ": seconds: expected a number >= 0, got " + seconds.dump());
+  seconds_before_ = seconds.get<double>();
+  tokens_seen_ = optional_int("tokens_seen", 0, 0, INT64_MAX);
+  empty_steps_ = optional_int("empty_steps", 0, 0, step);
   saved_step_ = validated_step_ = trainer_->steps_done();
   if (leader())
     std::fprintf(stderr, "masque train: resuming from %s at step %lld\n", checkpoint.c_str(),

@@ -1,5 +1,6 @@
 #include "masque/train/trainer.hpp"
 
+#include <cstdint>
 #include <exception>
 #include <fstream>
 #include <latch>
@@ -32,6 +33,20 @@ std::vector<std::span<const Example* const>> split(const std::vector<const Examp
     begin = end;
   }
   return out;
+}
+
+// An integer of a trainer state in [low, high], or a ConfigError "FILE: KEY: ...".
+std::int64_t state_int(const nlohmann::json& state, const char* key, std::int64_t low,
+                       std::int64_t high, const std::string& file) {
+  if (!state.contains(key)) throw ConfigError(file + ": " + key + ": missing");
+  const nlohmann::json& v = state[key];
+  if (!v.is_number_integer())
+    throw ConfigError(file + ": " + key + ": expected an integer, got " + v.dump());
+  const bool huge = v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX;
+  if (huge || v.get<std::int64_t>() < low || v.get<std::int64_t>() > high)
+    throw ConfigError(file + ": " + key + ": " + v.dump() + " is outside [" + std::to_string(low) +
+                      ", " + std::to_string(high) + "]");
+  return v.get<std::int64_t>();
 }
 
 }  // namespace
@@ -274,7 +289,13 @@ void Trainer::save_optimizer(const std::filesystem::path& file) const {
 }
 
 void Trainer::restore(const nlohmann::json& state, const std::filesystem::path& optimizer_file) {
-  const auto examples = state.at("examples").get<std::size_t>();
+  const std::string file = (optimizer_file.parent_path() / "trainer_state.json").string();
+  if (!state.is_object()) throw ConfigError(file + ": not a trainer state (not a JSON object)");
+  const auto examples = static_cast<std::size_t>(state_int(state, "examples", 0, INT64_MAX, file));
+  const std::int64_t total =
+      options_.schedule.total_steps > 0 ? options_.schedule.total_steps : INT64_MAX;
+  const std::int64_t step = state_int(state, "step", 0, total, file);
+  const std::int64_t epoch = state_int(state, "epoch", 0, INT32_MAX, file);
   if (examples != examples_.size())
     throw ConfigError(optimizer_file.parent_path().string() + ": the checkpoint was trained on " +
                       std::to_string(examples) + " usable records, the data has " +
@@ -295,10 +316,12 @@ void Trainer::restore(const nlohmann::json& state, const std::filesystem::path& 
   } catch (const std::exception& e) {
     throw ConfigError(optimizer_file.string() + ": " + e.what());
   }
-  step_ = state.at("step").get<std::int64_t>();
-  epoch_ = state.at("epoch").get<std::int64_t>();
+  step_ = step;
+  epoch_ = epoch;
   cut_epoch();
-  batch_ = state.at("batch_in_epoch").get<std::size_t>();
+  // batches_.size(): the epoch's last batch was taken, the next step starts a new epoch.
+  batch_ = static_cast<std::size_t>(
+      state_int(state, "batch_in_epoch", 0, static_cast<std::int64_t>(batches_.size()), file));
 }
 
 }  // namespace masque::train
