@@ -637,3 +637,22 @@ TEST_CASE("train: a bad run folder, training file or AdamW beta fails before tra
   CHECK(beta.exit_code == 2);
   CHECK_THAT(beta.err, Contains("task.adam_beta2"));
 }
+
+TEST_CASE("train: adam_epsilon 0 is refused, and a NaN validation loss is divergence, never saved",
+          "[train][cli][errors]") {
+  const fs::path dir = scratch_dir("train_cli_nan");
+  write_pairs(dir / "train.tsv", 8);
+  write_pairs(dir / "valid.tsv", 4, 50);
+  const fs::path pipeline = unilm_pipeline(
+      dir, dir / "run", "  steps: 1\n  valid_file: " + (dir / "valid.tsv").string() + "\n");
+  const RunResult eps = run_masque({"train", pipeline.string(), "--set", "task.adam_epsilon=0"});
+  CHECK(eps.exit_code == 2);
+  CHECK_THAT(eps.err, Contains("task.adam_epsilon: must be > 0"));
+  // The step's loss is computed before its update: only the validation sees the blown weights.
+  const RunResult nan = run_masque({"train", pipeline.string(), "--set", "task.lr=1e38"});
+  INFO(nan.err);
+  CHECK(nan.exit_code == 3);
+  CHECK_THAT(nan.err, Contains("training diverged: the validation loss at step 1"));
+  CHECK_FALSE(fs::exists(dir / "run/checkpoint-000001"));
+  CHECK_FALSE(fs::exists(dir / "run/best"));
+}

@@ -216,8 +216,8 @@ std::vector<ParamSpec> params() {
       {.name = "adam_epsilon",
        .type = ParamType::number,
        .default_value = "1e-8",
-       .help = "AdamW: added to sqrt(v) after bias correction (torch eps)",
-       .min = 0},
+       .help = "AdamW: added to sqrt(v) after bias correction (torch eps); > 0 (0 divides "
+               "by zero where a gradient is 0)"},
       {.name = "max_grad_norm",
        .type = ParamType::number,
        .default_value = "1.0",
@@ -335,6 +335,10 @@ TrainSettings train_settings(const Params& p) {
     if (p.get_number(key) >= 1)
       throw ConfigError(std::string("task.") + key +
                         ": must be below 1 (AdamW divides by 1 - beta^t)");
+  if (!(t.adamw.eps > 0))
+    throw ConfigError(
+        "task.adam_epsilon: must be > 0 (with 0 AdamW divides 0 by 0 where a "
+        "gradient is 0)");
   const std::string schedule = p.get_string("schedule");
   t.schedule.kind = schedule == "cosine"     ? ScheduleKind::cosine
                     : schedule == "constant" ? ScheduleKind::constant
