@@ -47,9 +47,9 @@ po::options_description io_options() {
       "output,o", po::value<std::string>()->default_value("-"), "output file (- = stdout)")(
       "input-format", po::value<std::string>()->default_value("text"),
       "text (one record per line), tsv (named columns), jsonl (one JSON object per line), "
-      "ids (space-separated token ids per line)")("field",
-                                                  po::value<std::string>()->default_value("text"),
-                                                  "jsonl/tsv: the field holding the text")(
+      "ids (space-separated token ids per line)")(
+      "field", po::value<std::string>()->default_value("text"),
+      "jsonl/tsv: the field (TSV: the column, which must be there) holding the text")(
       "columns", po::value<std::string>(),
       "tsv: comma-separated column names (default: the first line is a header)")(
       "format,f", po::value<std::string>()->default_value("jsonl"),
@@ -113,6 +113,7 @@ RunOptions run_options_from(const po::variables_map& vm, const Params& run_param
   RunOptions o;
   o.input.format = parse_input_format(vm["input-format"].as<std::string>());
   o.input.field = vm["field"].as<std::string>();
+  o.input.require_tsv_field = true;
   if (vm.count("columns")) {
     std::stringstream ss(vm["columns"].as<std::string>());
     std::string c;

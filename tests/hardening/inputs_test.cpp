@@ -316,3 +316,42 @@ TEST_CASE("command line values out of range are usage errors", "[hardening][cli]
     CHECK(r.out.empty());
   }
 }
+
+TEST_CASE("records: TSV columns without the --field column, or naming one twice, stop the run",
+          "[hardening][records]") {
+  const std::vector<std::string> run = {
+      "run", ready_pipeline("lm-score.yaml"), "-q", "--threads", "1", "--input-format", "tsv"};
+  auto with = [&](std::vector<std::string> extra, const std::string& input) {
+    std::vector<std::string> args = run;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_masque(args, input);
+  };
+  // It used to score the first column.
+  auto missing = with({"--field", "c"}, "a\tb\nOnce upon\tx\n");
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.out.empty());
+  CHECK_THAT(missing.err, Contains("the TSV columns (a, b) have no 'c' column (choose the text "
+                                   "column with --field)"));
+  auto given = with({"--columns", "a,b"}, "Once upon\tx\n");
+  CHECK(given.exit_code == 2);
+  CHECK_THAT(given.err, Contains("the TSV columns (a, b) have no 'text' column"));
+  // It used to score the last of the two.
+  auto twice = with({}, "text\ttext\nOnce upon\ta time\n");
+  CHECK(twice.exit_code == 2);
+  CHECK(twice.out.empty());
+  CHECK_THAT(twice.err, Contains("the TSV columns (text, text) name 'text' twice"));
+  // A file run (resumable, sharded) finds it before it makes its output or parts folder.
+  const auto dir = scratch_dir("tsv_columns");
+  write_file(dir / "in.tsv", "text\ttext\nOnce upon\ta time\n");
+  fs::remove_all(dir / "out.jsonl");
+  auto file = with({"-i", (dir / "in.tsv").string(), "-o", (dir / "out.jsonl").string()}, "");
+  CHECK(file.exit_code == 2);
+  CHECK(!fs::exists(dir / "out.jsonl"));
+  CHECK(!fs::exists(dir / "out.jsonl.parts"));
+  auto shard = with({"-i", (dir / "in.tsv").string(), "--shard", "0/2"}, "");
+  CHECK(shard.exit_code == 2);
+  CHECK_THAT(shard.err, Contains("name 'text' twice"));
+  auto chosen = with({"--field", "b"}, "a\tb\nx\tOnce upon a time\n");
+  CHECK(chosen.exit_code == 0);
+  CHECK(parse_jsonl(chosen.out).at(0)["tokens"] == 5);  // BOS and the four words of b
+}

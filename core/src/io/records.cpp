@@ -1,5 +1,6 @@
 #include "io/records.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -97,7 +98,32 @@ std::string repair_utf8(std::string_view text) {
 
 RecordReader::RecordReader(std::FILE* in, InputOptions options)
     : in_(in), options_(std::move(options)) {
-  if (options_.format == InputFormat::tsv && !options_.columns.empty()) header_read_ = true;
+  if (options_.format == InputFormat::tsv && !options_.columns.empty()) {
+    header_read_ = true;
+    check_tsv_columns(options_, options_.columns);
+  }
+}
+
+namespace {
+
+std::string comma_list(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+}  // namespace
+
+void check_tsv_columns(const InputOptions& input, const std::vector<std::string>& columns) {
+  if (!input.require_tsv_field) return;
+  for (std::size_t i = 0; i < columns.size(); ++i)
+    if (std::find(columns.begin() + static_cast<std::ptrdiff_t>(i) + 1, columns.end(),
+                  columns[i]) != columns.end())
+      throw ConfigError("the TSV columns (" + comma_list(columns) + ") name '" + columns[i] +
+                        "' twice");
+  if (std::find(columns.begin(), columns.end(), input.field) == columns.end())
+    throw ConfigError("the TSV columns (" + comma_list(columns) + ") have no '" + input.field +
+                      "' column (choose the text column with --field)");
 }
 
 // read(2), not fread: fread on a pipe waits until the whole buffer is full, which would hold
@@ -169,16 +195,7 @@ bool RecordReader::next(Record& record) {
         throw ConfigError("the TSV header line is " + std::to_string(raw) +
                           " bytes, longer than the limit of " +
                           std::to_string(options_.max_record_bytes) + " (task.max_record_bytes)");
-      // A byte order mark (spreadsheet exports) is not part of the first column's name.
-      if (line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);
-      std::size_t start = 0;
-      while (true) {
-        auto tab = line.find('\t', start);
-        options_.columns.push_back(
-            line.substr(start, tab == std::string::npos ? tab : tab - start));
-        if (tab == std::string::npos) break;
-        start = tab + 1;
-      }
+      read_header(line);
       continue;
     }
     record = Record();
@@ -192,6 +209,19 @@ bool RecordReader::next(Record& record) {
     parse(record, line);
     return true;
   }
+}
+
+void RecordReader::read_header(std::string& line) {
+  // A byte order mark (spreadsheet exports) is not part of the first column's name.
+  if (line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);
+  std::size_t start = 0;
+  while (true) {
+    auto tab = line.find('\t', start);
+    options_.columns.push_back(line.substr(start, tab == std::string::npos ? tab : tab - start));
+    if (tab == std::string::npos) break;
+    start = tab + 1;
+  }
+  check_tsv_columns(options_, options_.columns);
 }
 
 void RecordReader::parse(Record& record, std::string& line) {
@@ -271,19 +301,14 @@ void RecordReader::parse_tsv(Record& record, const std::string& line) {
   }
   if (cells.size() != options_.columns.size()) {
     record.error = "expected " + std::to_string(options_.columns.size()) +
-                   " tab-separated columns (" +
-                   [&] {
-                     std::string s;
-                     for (const auto& c : options_.columns) s += (s.empty() ? "" : ", ") + c;
-                     return s;
-                   }() +
-                   "), got " + std::to_string(cells.size());
+                   " tab-separated columns (" + comma_list(options_.columns) + "), got " +
+                   std::to_string(cells.size());
     return;
   }
   for (std::size_t i = 0; i < cells.size(); ++i) record.fields[options_.columns[i]] = cells[i];
   auto it = record.fields.find(options_.field);
   if (it == record.fields.end()) {
-    // Default text column: the first one.
+    // Without require_tsv_field: the first one.
     record.text = cells.empty() ? "" : cells[0];
   } else {
     record.text = it->get<std::string>();

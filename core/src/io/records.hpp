@@ -19,8 +19,11 @@ InputFormat parse_input_format(const std::string& name);  // ConfigError on unkn
 
 struct InputOptions {
   InputFormat format = InputFormat::text;
-  std::string field = "text";                // jsonl / tsv: the column holding the text
-  std::vector<std::string> columns;          // tsv: column names; empty = first line is a header
+  std::string field = "text";        // jsonl / tsv: the column holding the text
+  std::vector<std::string> columns;  // tsv: column names; empty = first line is a header
+  // tsv: the columns must name `field` once (a ConfigError otherwise). masque run asks for it;
+  // without it a missing field reads the first column (training names its own columns).
+  bool require_tsv_field = false;
   std::size_t max_record_bytes = 16u << 20;  // longer lines are skipped (an error record)
   bool replace_invalid_utf8 = false;         // else invalid UTF-8 makes an error record
 };
@@ -52,6 +55,7 @@ class RecordReader {
   void parse_jsonl(Record& record, const std::string& line);
   void parse_tsv(Record& record, const std::string& line);
   void parse_ids(Record& record, const std::string& line);
+  void read_header(std::string& line);
 
   bool fill();  // refills buffer_ from in_; false at end of input
 
@@ -63,6 +67,10 @@ class RecordReader {
   std::uint64_t bytes_read_ = 0;
   bool header_read_ = false;
 };
+
+// With input.require_tsv_field: a ConfigError when `columns` name a column twice or lack
+// input.field (either would silently read another column).
+void check_tsv_columns(const InputOptions& input, const std::vector<std::string>& columns);
 
 // True when `text` is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF).
 bool is_valid_utf8(std::string_view text);

@@ -58,7 +58,11 @@ ShardSpec parse_shard_spec(const std::string& text) {
 ShardedInput inspect_input(int fd, const InputOptions& input) {
   ShardedInput info;
   info.size = file_size(fd);
-  if (input.format != InputFormat::tsv || !input.columns.empty()) return info;
+  if (input.format != InputFormat::tsv) return info;
+  if (!input.columns.empty()) {
+    check_tsv_columns(input, input.columns);  // before an output or parts folder is made
+    return info;
+  }
   std::string line;
   std::vector<char> buffer(kChunk);
   std::uint64_t at = 0;
@@ -80,12 +84,14 @@ ShardedInput inspect_input(int fd, const InputOptions& input) {
   info.data_begin = at;
   if (!line.empty() && line.back() == '\r') line.pop_back();
   if (at == 0) return info;
+  if (line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);  // as the record reader does
   for (std::size_t start = 0;;) {
     const auto tab = line.find('\t', start);
     info.columns.push_back(line.substr(start, tab == std::string::npos ? tab : tab - start));
     if (tab == std::string::npos) break;
     start = tab + 1;
   }
+  check_tsv_columns(input, info.columns);
   return info;
 }
 
