@@ -656,3 +656,36 @@ TEST_CASE("train: adam_epsilon 0 is refused, and a NaN validation loss is diverg
   CHECK_FALSE(fs::exists(dir / "run/checkpoint-000001"));
   CHECK_FALSE(fs::exists(dir / "run/best"));
 }
+
+TEST_CASE("train: the run section's record limits read the training data, its batching is refused",
+          "[train][cli][errors]") {
+  const fs::path dir = scratch_dir("train_cli_run_settings");
+  write_pairs(dir / "train.tsv", 8);
+  std::string data = read_file(dir / "train.tsv");
+  data += "北 \xff 京\t京 北\n";  // line 10: invalid UTF-8
+  write_file(dir / "train.tsv", data);
+  const fs::path pipeline = unilm_pipeline(dir, dir / "run", "  steps: 1\n");
+  const RunResult plain = run_masque({"train", pipeline.string()});
+  INFO(plain.err);
+  CHECK(plain.exit_code == 0);
+  CHECK_THAT(plain.err, Contains("train.tsv:10: skipped: invalid UTF-8"));
+  CHECK_THAT(plain.err, Contains("8 usable records of 9"));
+  const RunResult replaced =
+      run_masque({"train", pipeline.string(), "--set", "task.output=" + (dir / "replaced").string(),
+                  "--set", "task.invalid_utf8=replace"});
+  INFO(replaced.err);
+  CHECK(replaced.exit_code == 0);
+  CHECK_THAT(replaced.err, Contains("9 usable records of 9"));
+  const RunResult limited =
+      run_masque({"train", pipeline.string(), "--set", "task.output=" + (dir / "limited").string(),
+                  "--set", "task.max_record_bytes=16"});
+  INFO(limited.err);
+  CHECK(limited.exit_code == 0);
+  CHECK_THAT(limited.err, Contains("longer than the limit of 16"));
+  CHECK_THAT(limited.err, Contains(" the record is N bytes, longer than the limit of N"));
+  const RunResult batching =
+      run_masque({"train", pipeline.string(), "--set", "task.output=" + (dir / "batching").string(),
+                  "--set", "run.max_batch_size=4"});
+  CHECK(batching.exit_code == 2);
+  CHECK_THAT(batching.err, Contains("run.max_batch_size: masque train does not use it"));
+}

@@ -22,6 +22,25 @@ SkipLog::SkipLog(std::string file, std::int64_t max_bad,
 
 namespace {
 
+// `text` with each free-standing number as N ("the record is N bytes"; "UTF-8" stays), so
+// reasons that differ only in their counts group together.
+std::string without_counts(const std::string& text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t end = i;
+    while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
+    const bool starts = i == 0 || text[i - 1] == ' ';
+    const bool ends = end == text.size() || text[end] == ' ' || text[end] == ',';
+    if (end > i && starts && ends) {
+      out += 'N';
+      i = end;
+    } else {
+      out += text[i++];
+    }
+  }
+  return out;
+}
+
 // The kind of a skip reason, for the summary: the text before the first ':' or '(' or " at
 // byte", e.g. "invalid UTF-8 at byte 3" -> "invalid UTF-8".
 std::string kind_of(const std::string& reason) {
@@ -30,7 +49,7 @@ std::string kind_of(const std::string& reason) {
   const std::size_t at = kind.find(" at byte");
   if (at != std::string::npos) kind.resize(at);
   while (!kind.empty() && kind.back() == ' ') kind.pop_back();
-  return kind;
+  return without_counts(kind);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "masque/train/checkpoint.hpp"
 #include "masque/train/metrics.hpp"
 #include "masque/transformer/model.hpp"
+#include "run/settings.hpp"
 #include "tasks/labels.hpp"
 #include "tasks/task.hpp"
 #include "train/settings.hpp"
@@ -186,6 +187,9 @@ nlohmann::json trajectory_of(const Pipeline& pipeline) {
   for (const char* key : kTrajectoryKeys)
     if (pipeline.task_params.has(key))
       t[std::string("task.") + key] = json_of(pipeline.task_params.values().at(key));
+  for (const char* key : {"invalid_utf8", "max_record_bytes"})  // which records are used
+    if (pipeline.run_params.has(key))
+      t[std::string("run.") + key] = json_of(pipeline.run_params.values().at(key));
   const fs::path data = pipeline.task_params.get_string("train_file");
   t["task.train_file"] = "content " + digest_of(data);
   for (const auto& [section, config] : pipeline.plugins) {
@@ -210,6 +214,28 @@ std::vector<std::string> changed_keys(const nlohmann::json& before, const nlohma
     if (value != old) changed.push_back(key + " " + old.dump() + ", this one " + value.dump());
   }
   return changed;
+}
+
+// ---- the run settings training reads ----------------------------------------------------------
+
+// The record limits of the `run:` section (invalid_utf8, max_record_bytes) read the training
+// files as they read masque run's input; its batching keys belong to masque run, and a value
+// other than their default is refused rather than ignored.
+void apply_run_settings(const Params& run, InputOptions& input) {
+  for (const ParamSpec& spec : run_param_specs()) {
+    const std::string name = spec.name;
+    if (name == "invalid_utf8" || name == "max_record_bytes" || !run.has(name)) continue;
+    const ParamValue& value = run.values().at(name);
+    const std::string text =
+        std::holds_alternative<std::int64_t>(value)  ? std::to_string(std::get<std::int64_t>(value))
+        : std::holds_alternative<std::string>(value) ? std::get<std::string>(value)
+                                                     : spec.default_value;
+    if (text != spec.default_value)
+      throw ConfigError("run." + name +
+                        ": masque train does not use it (its batches are task.batch_size and "
+                        "task.max_tokens)");
+  }
+  apply_input_limits(run, input);
 }
 
 // ---- what the run prints ------------------------------------------------------------------
@@ -591,6 +617,7 @@ int Session::run() {
       throw ConfigError("task.output: cannot make the run folder " + settings_.output.string() +
                         (error ? ": " + error.message() : ": a file is in the way"));
   }
+  apply_run_settings(pipeline_.run_params, settings_.input);
   trajectory_ = trajectory_of(pipeline_);
   load_model();
   const std::vector<Example> train = load(settings_.train_file, "train");
