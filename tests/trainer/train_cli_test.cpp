@@ -689,3 +689,26 @@ TEST_CASE("train: the run section's record limits read the training data, its ba
   CHECK(batching.exit_code == 2);
   CHECK_THAT(batching.err, Contains("run.max_batch_size: masque train does not use it"));
 }
+
+TEST_CASE("train: a checkpoint tokenizes as the training did (wordpiece settings are carried)",
+          "[train][cli]") {
+  const fs::path dir = scratch_dir("train_cli_tokenizer_settings");
+  write_pairs(dir / "train.tsv", 8);
+  const fs::path pipeline = unilm_pipeline(dir, dir / "run", "  steps: 1\n");  // lowercase false
+  REQUIRE(run_masque({"train", pipeline.string(), "-q"}).exit_code == 0);
+  const nlohmann::json config =
+      nlohmann::json::parse(read_file(dir / "run/last/tokenizer_config.json"));
+  CHECK(config["do_lower_case"] == false);
+  const std::string text = "北京 ABC Führer\n";
+  const RunResult trained =
+      run_masque({"tokenize", "--tokenizer", "wordpiece", "--set",
+                  "vocab=" + (shared_dir() / "tokenizers/bert-base-chinese/vocab.txt").string(),
+                  "--set", "lowercase=false"},
+                 text);
+  const RunResult folder = run_masque(
+      {"tokenize", "--tokenizer", "wordpiece", "--set", "path=" + (dir / "run/last").string()},
+      text);
+  REQUIRE(trained.exit_code == 0);
+  REQUIRE(folder.exit_code == 0);
+  CHECK(nlohmann::json::parse(folder.out)["ids"] == nlohmann::json::parse(trained.out)["ids"]);
+}

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -238,6 +239,30 @@ void apply_run_settings(const Params& run, InputOptions& input) {
   apply_input_limits(run, input);
 }
 
+// tokenizer_config.json for a checkpoint whose tokenizer is `wordpiece` set explicitly
+// (lowercase/strip_accents true or false): the folder's own config (if carried) with the
+// settings the training used as do_lower_case/strip_accents, which the plugin reads from a
+// folder, so the checkpoint tokenizes as the training did. Empty when nothing needs saying.
+std::string wordpiece_config(const PluginConfig& tokenizer, const std::string& carried) {
+  if (std::string(tokenizer.entry->descriptor->name) != "wordpiece") return "";
+  nlohmann::json config = nlohmann::json::object();
+  if (!carried.empty()) {
+    config = nlohmann::json::parse(carried, nullptr, false);
+    if (!config.is_object()) return "";  // not ours to repair: the plugin reports it
+  }
+  bool changed = false;
+  for (const auto& [param, key] :
+       {std::pair{"lowercase", "do_lower_case"}, std::pair{"strip_accents", "strip_accents"}}) {
+    const std::string value = tokenizer.params.get_string(param);
+    if (value == "auto") continue;  // the carried config (or its absence) decides, as before
+    config[key] = value == "true";
+    changed = true;
+  }
+  if (!changed) return "";
+  if (!config.contains("tokenizer_class")) config["tokenizer_class"] = "BertTokenizer";
+  return config.dump(2) + "\n";
+}
+
 // ---- what the run prints ------------------------------------------------------------------
 
 std::string number(double v, int digits = 4) {
@@ -272,6 +297,8 @@ class Session {
   std::vector<Example> load(const fs::path& file, const char* what) const;
   std::int64_t total_steps(const std::vector<Example>& examples) const;
   void restore();
+  // The tokenizer's settings a checkpoint folder must carry to tokenize as the training did.
+  void carry_tokenizer_settings();
   // ConfigError naming each key whose change would make the resumed run differ.
   void check_trajectory(const nlohmann::json& state, const fs::path& file) const;
   // Resumed before the run folder's last checkpoint: the later ones and a `best` among them
@@ -541,6 +568,19 @@ void Session::check_trajectory(const nlohmann::json& state, const fs::path& file
                     file.parent_path().string() + ")");
 }
 
+void Session::carry_tokenizer_settings() {
+  const char* const name = "tokenizer_config.json";
+  auto carried = std::find_if(carried_.begin(), carried_.end(),
+                              [&](const auto& file) { return file.first == name; });
+  const std::string config =
+      wordpiece_config(pipeline_.at("tokenizer"), carried == carried_.end() ? "" : carried->second);
+  if (config.empty()) return;
+  if (carried == carried_.end())
+    carried_.emplace_back(name, config);
+  else
+    carried->second = config;
+}
+
 void Session::save(std::int64_t step) {
   if (saved_step_ == step || !leader()) return;
   const nlohmann::json s = state();
@@ -641,6 +681,7 @@ int Session::run() {
       carried_.emplace_back(name, io::read_file(model_dir_ / name));
   for (const auto& [file, name] : tokenizer_files(pipeline_))
     carried_.emplace_back(name, io::read_file(file));
+  carry_tokenizer_settings();
   // Rank 0 alone owns the run folder (an error there ends every rank: cmd_train aborts the job).
   if (leader()) store_ = std::make_unique<CheckpointStore>(settings_.output, settings_.keep_last);
   start_ = std::chrono::steady_clock::now();
