@@ -63,8 +63,10 @@ po::options_description io_options() {
       "(its CPU affinity), under mpirun this rank's share of its machine's cores")(
       "intra-threads", po::value<int>()->default_value(1),
       "oneDNN threads inside each worker (helps one long batch; 1 is best for small models)")(
-      "quiet,q", po::bool_switch(), "no progress line and no summary on stderr")(
-      "fail-fast", po::bool_switch(), "stop at the first record that fails (exit code 1)")(
+      "quiet,q", po::bool_switch(),
+      "no progress line and no summary on stderr (errors, and the failed records of --format "
+      "text, are still reported)")("fail-fast", po::bool_switch(),
+                                   "stop at the first record that fails (exit code 1)")(
       "summary", po::value<std::string>(), "also write the corpus summary as JSON to this file");
   return o;
 }

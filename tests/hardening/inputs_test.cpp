@@ -355,3 +355,14 @@ TEST_CASE("records: TSV columns without the --field column, or naming one twice,
   CHECK(chosen.exit_code == 0);
   CHECK(parse_jsonl(chosen.out).at(0)["tokens"] == 5);  // BOS and the four words of b
 }
+
+TEST_CASE("records: --format text with -q still names a failed record on stderr",
+          "[hardening][records]") {
+  auto r = run_masque({"run", ready_pipeline("lm-generate.yaml"), "-q", "--threads", "1", "-f",
+                       "text", "--set", "decoder.max_new_tokens=5"},
+                      "Once\n\xff\n");
+  CHECK(r.exit_code == 1);
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 2);  // the failed record's empty line
+  CHECK_THAT(r.err, Contains("masque: record 1: invalid UTF-8 at byte 0"));
+  CHECK_THAT(r.err, !Contains("records,"));  // -q still drops the summary
+}

@@ -60,7 +60,7 @@ WriterOptions writer_options(const Task& task, const RunOptions& o) {
           .tsv_columns = task.tsv_columns(),
           .unbuffered = o.unbuffered,
           .keep_fields = o.keep_fields,
-          .report_errors = o.format == OutputFormat::text && !o.quiet,
+          .report_errors = o.format == OutputFormat::text,  // its error is nowhere else
           .fail_fast = o.fail_fast,
           .progress = o.progress,
           .input_size = o.input_size,
