@@ -56,7 +56,9 @@ po::options_description io_options() {
       "output: jsonl (one JSON object per record), text (the text as it is, for reading: a "
       "generated text may span lines), tsv, nbest (id ||| text ||| score; tsv and nbest escape "
       "tabs and newlines as \\t and \\n, one line per record or hypothesis)")(
-      "keep-fields", po::bool_switch(), "copy the input fields into each JSON output record")(
+      "keep-fields", po::bool_switch(),
+      "copy the input fields into each successful JSON output record; a field the record "
+      "writes itself (id, the task's fields) or reserves (error) is kept as input_NAME")(
       "unbuffered", po::bool_switch(), "flush after every record")(
       "threads,t", po::value<int>(),
       "worker threads (batches run in parallel); default: the cores this process may use "

@@ -316,6 +316,23 @@ TEST_CASE("corpus: formats - JSON-lines fields and TSV columns and --keep-fields
   CHECK(out[0]["story"] == "Once upon a time.");
   CHECK(out[1]["error"].get<std::string>().find("no 'story' field") == 0);
 
+  // Fields the output writes or reserves are kept under input_NAME, never copied over or lost.
+  auto clash = run_masque(
+      {"run", pipeline("lm-score.yaml"), "-q", "--input-format", "jsonl", "--keep-fields"},
+      R"({"text": "Once upon a time.", "error": "note", "id": "a7", )"
+      R"("nll": 3, "input_id": "b"})"
+      "\n");
+  CHECK(clash.exit_code == 0);
+  auto kept = parse_jsonl(clash.out).at(0);
+  CHECK(!kept.contains("error"));
+  CHECK(kept["id"] == 0);
+  CHECK(kept["nll"] != 3);
+  CHECK(kept["text"] == "Once upon a time.");
+  CHECK(kept["input_error"] == "note");
+  CHECK(kept["input_id"] == "b");
+  CHECK(kept["input_input_id"] == "a7");
+  CHECK(kept["input_nll"] == 3);
+
   auto tsv = run_masque(
       {"run", pipeline("lm-score.yaml"), "-q", "--input-format", "tsv", "--format", "tsv"},
       "text\tnote\nOnce upon a time.\tx\nThe end.\ty\n");

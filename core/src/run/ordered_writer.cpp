@@ -81,13 +81,30 @@ void OrderedWriter::run() {
   queue_.wake();
 }
 
+namespace {
+
+// The name an input field is kept under: its own, or, when the output writes or reserves it
+// (id, error, the task's fields), "input_" before it until the name is free. Copied as it is,
+// an input "error" would mark a success as failed; dropped, a field would vanish unsaid.
+std::string kept_name(const std::string& key, const nlohmann::ordered_json& record,
+                      const nlohmann::ordered_json& input) {
+  if (key != "error" && !record.contains(key)) return key;
+  std::string name = "input_" + key;
+  while (name == "error" || record.contains(name) || input.contains(name)) name = "input_" + name;
+  return name;
+}
+
+}  // namespace
+
+void OrderedWriter::keep_fields(Result& result) const {
+  nlohmann::ordered_json merged = result.object;
+  for (auto& [k, v] : result.fields_kept.items())
+    merged[kept_name(k, result.object, result.fields_kept)] = v;
+  result.object = std::move(merged);
+}
+
 bool OrderedWriter::write(Result& result, OutputWriter& out) {
-  if (options_.keep_fields && result.error.empty()) {
-    nlohmann::ordered_json merged = result.object;
-    for (auto& [k, v] : result.fields_kept.items())
-      if (!merged.contains(k)) merged[k] = v;
-    result.object = std::move(merged);
-  }
+  if (options_.keep_fields && result.error.empty()) keep_fields(result);
   StreamSink* stream = StreamSink::active();
   const std::string bytes = render(result, options_.format, options_.tsv_columns);
   if (stream ? !stream->finish(result.id, bytes) : !out.write(bytes)) {

@@ -72,6 +72,8 @@ class OrderedWriter {
  private:
   // Writes one result; false when the run must stop.
   bool write(Result& result, OutputWriter& out);
+  // --keep-fields: adds the input fields to a successful record, renaming those it writes.
+  void keep_fields(Result& result) const;
   // Counts a failed record; false when fail_fast stops the run.
   bool note_failure(const Result& result);
 
