@@ -712,3 +712,37 @@ TEST_CASE("train: a checkpoint tokenizes as the training did (wordpiece settings
   REQUIRE(folder.exit_code == 0);
   CHECK(nlohmann::json::parse(folder.out)["ids"] == nlohmann::json::parse(trained.out)["ids"]);
 }
+
+TEST_CASE("train: small mistakes say what they are (another model's checkpoint, mlm_probability 0)",
+          "[train][cli][errors]") {
+  const fs::path dir = scratch_dir("train_cli_small_mistakes");
+  write_pairs(dir / "train.tsv", 8);
+  const fs::path pipeline = unilm_pipeline(dir, dir / "run", "  steps: 1\n");
+  REQUIRE(run_masque({"train", pipeline.string(), "-q"}).exit_code == 0);
+  const RunResult other = run_masque({"train", pipeline.string(), "-q", "--resume",
+                                      (dir / "run").string(), "--set", "model.plugin=gpt2"});
+  CHECK(other.exit_code == 2);
+  CHECK_THAT(other.err, Contains("a checkpoint of model plugin 'bert', but the pipeline's "
+                                 "model.plugin is 'gpt2'"));
+  const fs::path mlm = objective_pipeline(dir, "mlm", "plugin: bidirectional");
+  const RunResult zero = run_masque({"train", mlm.string(), "--set", "task.mlm_probability=0"});
+  CHECK(zero.exit_code == 2);
+  CHECK_THAT(zero.err, Contains("task.mlm_probability: must be in (0, 1]"));
+}
+
+TEST_CASE("train: progress lines show a rate from the first step, a byte order mark is not data",
+          "[train][cli]") {
+  const fs::path dir = scratch_dir("train_cli_progress_bom");
+  std::string lines = "\xEF\xBB\xBF";
+  for (int i = 0; i < 8; ++i)
+    lines += "{\"source\": \"" + chars(3, i) + "\", \"target\": \"" + chars(2, i) + "\"}\n";
+  write_file(dir / "train.jsonl", lines);
+  const fs::path pipeline = unilm_pipeline(dir, dir / "run", "  steps: 2\n  log_every: 1\n");
+  const RunResult r = run_masque(
+      {"train", pipeline.string(), "--set", "task.train_file=" + (dir / "train.jsonl").string()});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Contains("8 usable records of 8"));
+  CHECK_THAT(r.err, Contains("step 1/2"));
+  CHECK_THAT(r.err, !Contains(" 0 tok/s"));
+}

@@ -1,5 +1,7 @@
 #include "masque/train/dataset.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -78,6 +80,20 @@ std::string SkipLog::summary(std::int64_t total) const {
 
 // ---- load_examples ----------------------------------------------------------------------------
 
+namespace {
+
+// A UTF-8 byte order mark (editors on Windows write one) is not part of the first record.
+// The reader reads the descriptor (read(2)), so the mark is skipped there, not through stdio.
+void skip_byte_order_mark(std::FILE* in) {
+  const int fd = fileno(in);
+  unsigned char head[3] = {0, 0, 0};
+  if (fd >= 0 && ::pread(fd, head, 3, 0) == 3 && head[0] == 0xEF && head[1] == 0xBB &&
+      head[2] == 0xBF)
+    ::lseek(fd, 3, SEEK_SET);
+}
+
+}  // namespace
+
 std::vector<Example> load_examples(const std::string& file, const InputOptions& input,
                                    const PrepareExample& prepare, SkipLog& skips) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(std::fopen(file.c_str(), "rb"), std::fclose);
@@ -87,6 +103,7 @@ std::vector<Example> load_examples(const std::string& file, const InputOptions& 
   // Record ids count records; a TSV read with its header has one line more before them.
   const std::uint64_t first_line =
       input.format == InputFormat::tsv && input.columns.empty() ? 2 : 1;
+  skip_byte_order_mark(in.get());
   RecordReader reader(in.get(), input);
   std::vector<Example> examples;
   Record record;

@@ -161,7 +161,9 @@ Objective::Objective(ObjectiveOptions options, const Tokenizer& source, const To
     throw ConfigError(std::string("objective ") + name + " needs a [MASK] token in the tokenizer");
   if (options_.kind == ObjectiveKind::mlm &&
       !(options_.mlm_probability > 0 && options_.mlm_probability <= 1))
-    throw ConfigError("objective mlm: mlm_probability must be in (0, 1]");
+    throw ConfigError(
+        "task.mlm_probability: must be in (0, 1] (objective mlm chooses that share "
+        "of the tokens)");
   if (options_.kind == ObjectiveKind::classify &&
       options_.labels.size() != static_cast<std::size_t>(model_.vocab_size))
     throw ConfigError("objective classify: the model's head has " +
@@ -171,7 +173,7 @@ Objective::Objective(ObjectiveOptions options, const Tokenizer& source, const To
                       "*ForSequenceClassification architecture and its labels");
   if (options_.kind == ObjectiveKind::plm && options_.plm_predict <= 0 &&
       !(options_.plm_fraction > 0 && options_.plm_fraction <= 1))
-    throw ConfigError("objective plm: plm_fraction must be in (0, 1] (or set plm_predict)");
+    throw ConfigError("task.plm_fraction: must be in (0, 1] (or set task.plm_predict)");
   check_mask();
 }
 

@@ -263,6 +263,20 @@ std::string wordpiece_config(const PluginConfig& tokenizer, const std::string& c
   return config.dump(2) + "\n";
 }
 
+// A checkpoint of another model plugin than the pipeline's would fail on a config key that
+// plugin expects: say what the two are instead.
+void check_model_plugin(const fs::path& checkpoint, const std::string& plugin) {
+  std::ifstream in(checkpoint / "trainer_state.json");
+  const nlohmann::json state = nlohmann::json::parse(in, nullptr, false);
+  if (!state.is_object() || !state.contains("trajectory") || !state["trajectory"].is_object())
+    return;  // an older checkpoint, or a broken state restore() reports
+  const nlohmann::json& trained = state["trajectory"].value("model.plugin", nlohmann::json());
+  if (trained.is_string() && trained != plugin)
+    throw ConfigError(checkpoint.string() + ": a checkpoint of model plugin '" +
+                      trained.get<std::string>() + "', but the pipeline's model.plugin is '" +
+                      plugin + "' (resume with the pipeline the run was started with)");
+}
+
 // ---- what the run prints ------------------------------------------------------------------
 
 std::string number(double v, int digits = 4) {
@@ -360,6 +374,7 @@ void Session::load_model() {
   if (!options_.resume.empty()) {
     // A checkpoint is a model folder: the spec and the weights come from it.
     model_dir_ = CheckpointStore::resolve_resume(options_.resume);
+    check_model_plugin(model_dir_, d.name);
     model.params.set("path", model_dir_.string());
   } else {
     model_dir_ = model.params.get_string("path");
@@ -744,9 +759,10 @@ int Session::train_steps() {
     const StepResult r = trainer_->step();
     tokens_seen_ += r.input_tokens;
     window_tokens += r.input_tokens;
+    // The rate over the window so far (at least the last step), renewed every second.
     const double window = seconds_since(window_start);
+    tokens_per_s = static_cast<double>(window_tokens) / std::max(window, 1e-9);
     if (window >= 1.0) {
-      tokens_per_s = static_cast<double>(window_tokens) / window;
       window_tokens = 0;
       window_start = std::chrono::steady_clock::now();
     }
