@@ -103,6 +103,8 @@ void check_written_files(const po::variables_map& vm) {
     throw ConfigError("--summary " + summary + ": is the input file (-i " + in + ")");
   if (vm.count("output") && same_file(vm["output"].as<std::string>(), summary))
     throw ConfigError("--summary " + summary + ": is the output file");
+  if (std::filesystem::is_directory(summary))
+    throw ConfigError("--summary " + summary + ": is a directory, not a file to write");
   const std::filesystem::path parent = std::filesystem::path(summary).parent_path();
   const std::string dir = parent.empty() ? "." : parent.string();
   if (::access(dir.c_str(), W_OK) != 0)
@@ -175,26 +177,38 @@ std::string matmuls_of(const Model* model) {
   return all_f32 ? "" : matmul_summary(layers);
 }
 
+// Writes --summary FILE; the reason when it cannot be written (a full disk, /dev/full), else "".
+std::string write_summary_file(const Task& task, const RunStats& stats, const RunOptions& options,
+                               const std::string& matmuls) {
+  std::ofstream f(options.summary_file);
+  nlohmann::ordered_json j = summary_json(task, stats);
+  if (!matmuls.empty()) j["matmuls"] = matmuls;
+  f << j.dump(2) << "\n";
+  f.close();  // the bytes reach the file here, and so does its error
+  return f.fail() ? std::strerror(errno) : "";
+}
+
 }  // namespace
 
 void report_summary(const Task& task, const RunStats& stats, const RunOptions& options,
                     const Model* model) {
   const std::string matmuls = matmuls_of(model);
-  if (!options.summary_file.empty()) {
-    std::ofstream f(options.summary_file);
-    nlohmann::ordered_json j = summary_json(task, stats);
-    if (!matmuls.empty()) j["matmuls"] = matmuls;
-    f << j.dump(2) << "\n";
-    if (!f)
-      std::fprintf(stderr, "masque: cannot write the summary to %s\n",
-                   options.summary_file.c_str());
+  const std::string summary_error =
+      options.summary_file.empty() ? "" : write_summary_file(task, stats, options, matmuls);
+  if (!options.quiet) {
+    std::fputs(summary_text(task, stats).c_str(), stderr);
+    if (!matmuls.empty()) std::fprintf(stderr, "masque: matmuls %s\n", matmuls.c_str());
+    std::fprintf(stderr, "masque: %d worker thread%s, %d oneDNN thread%s each\n", options.threads,
+                 options.threads == 1 ? "" : "s", options.intra_threads,
+                 options.intra_threads == 1 ? "" : "s");
   }
-  if (options.quiet) return;
-  std::fputs(summary_text(task, stats).c_str(), stderr);
-  if (!matmuls.empty()) std::fprintf(stderr, "masque: matmuls %s\n", matmuls.c_str());
-  std::fprintf(stderr, "masque: %d worker thread%s, %d oneDNN thread%s each\n", options.threads,
-               options.threads == 1 ? "" : "s", options.intra_threads,
-               options.intra_threads == 1 ? "" : "s");
+  if (summary_error.empty()) return;
+  const std::string message =
+      "cannot write the summary to " + options.summary_file + ": " + summary_error;
+  // A finished run must not exit 0 without the summary it was asked for; one that stopped
+  // early keeps its own exit code (finish_run).
+  if (stats.complete()) throw RuntimeError(message);
+  std::fprintf(stderr, "masque: %s\n", message.c_str());
 }
 
 int finish_run(const RunStats& stats) {

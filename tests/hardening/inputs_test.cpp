@@ -366,3 +366,19 @@ TEST_CASE("records: --format text with -q still names a failed record on stderr"
   CHECK_THAT(r.err, Contains("masque: record 1: invalid UTF-8 at byte 0"));
   CHECK_THAT(r.err, !Contains("records,"));  // -q still drops the summary
 }
+
+TEST_CASE("an unwritable --summary is exit 2 up front, or exit 3 when its write fails",
+          "[hardening][streams]") {
+  const auto dir = scratch_dir("summary_unwritable");
+  auto folder = run_masque(
+      {"run", ready_pipeline("lm-score.yaml"), "-q", "--summary", dir.string()}, "Once upon\n");
+  CHECK(folder.exit_code == 2);
+  CHECK(folder.out.empty());
+  CHECK_THAT(folder.err, Contains("is a directory"));
+  // Found only at the end: the records are written, the exit code says the summary is not.
+  auto full = run_masque({"run", ready_pipeline("lm-score.yaml"), "-q", "--summary", "/dev/full"},
+                         "Once upon\n");
+  CHECK(full.exit_code == 3);
+  CHECK(parse_jsonl(full.out).size() == 1);
+  CHECK_THAT(full.err, Contains("cannot write the summary to /dev/full: No space left on device"));
+}
