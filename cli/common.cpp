@@ -211,16 +211,26 @@ void report_summary(const Task& task, const RunStats& stats, const RunOptions& o
   std::fprintf(stderr, "masque: %s\n", message.c_str());
 }
 
+namespace {
+
+// "N complete records", and the record --stream left in part, for the messages of a stop.
+std::string records_written(const RunStats& stats) {
+  const std::string n = std::to_string(stats.records);
+  return n + " complete records" +
+         (stats.next_in_part ? " (--stream wrote part of record " + n + ")" : "");
+}
+
+}  // namespace
+
 int finish_run(const RunStats& stats) {
   if (stats.interrupted) {
-    std::fprintf(stderr, "masque: interrupted after %llu complete records\n",
-                 static_cast<unsigned long long>(stats.records));
+    std::fprintf(stderr, "masque: interrupted after %s\n", records_written(stats).c_str());
     std::fflush(nullptr);
     std::_Exit(128 + interrupt_signal());
   }
   if (!stats.output_error.empty()) {
-    std::fprintf(stderr, "masque: cannot write the output (%s); stopped after %llu records\n",
-                 stats.output_error.c_str(), static_cast<unsigned long long>(stats.records));
+    std::fprintf(stderr, "masque: cannot write the output (%s); stopped after %s\n",
+                 stats.output_error.c_str(), records_written(stats).c_str());
     std::fflush(nullptr);
     std::_Exit(kExitRuntime);
   }

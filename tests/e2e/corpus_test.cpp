@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <random>
 #include <thread>
 
@@ -256,6 +257,43 @@ TEST_CASE("corpus: a closed output stops the run cleanly", "[e2e][corpus]") {
   REQUIRE(WIFEXITED(s.status));  // not killed by SIGPIPE
   CHECK(WEXITSTATUS(s.status) == 3);
   CHECK(s.err.find("cannot write the output") != std::string::npos);
+}
+
+TEST_CASE("corpus: the summary of a stopped or empty run does not pass off its figures",
+          "[e2e][corpus]") {
+  const auto dir = scratch_dir("corpus_summary_counts");
+  std::string input;
+  for (int i = 0; i < 3000; ++i) input += "Once upon a time there was a girl.\n";
+  write_file(dir / "in.txt", input);
+  write_file(dir / "empty.txt", "\n");
+  const auto err = dir / "err.txt";
+  // `| head -1`: the task has processed records that were never written.
+  auto closed = [&](const std::string& args) {
+    std::filesystem::remove(err);
+    const std::string cmd =
+        binary().string() + " run " + args + " 2>" + err.string() + " | head -1 >/dev/null";
+    CHECK(std::system(cmd.c_str()) == 0);
+    return read_file(err);
+  };
+  const std::string scored =
+      closed(pipeline("lm-score.yaml") + " --threads 2 -i " + (dir / "in.txt").string());
+  CHECK_THAT(scored, Catch::Contains("masque: stopped early: the task's figures count every "
+                                     "record processed, written or not"));
+  CHECK_THAT(scored, Catch::Contains("complete records"));
+  // A streamed story over several lines: its first line is out, the record is not complete.
+  const std::string streamed =
+      closed(pipeline("lm-generate.yaml") + " --stream -f text --threads 1 -i " +
+             (dir / "empty.txt").string());
+  CHECK_THAT(streamed, Catch::Contains("stopped after 0 complete records (--stream wrote part of "
+                                       "record 0)"));
+  // No input: no corpus perplexity of nothing.
+  const auto summary = dir / "summary.json";
+  auto none = run_masque({"run", pipeline("lm-score.yaml"), "--summary", summary.string()}, "");
+  CHECK(none.exit_code == 0);
+  CHECK(none.err.find("perplexity") == std::string::npos);
+  const json figures = json::parse(read_file(summary));
+  CHECK(figures["task"].is_null());
+  CHECK(figures["complete"] == true);
 }
 
 TEST_CASE("corpus: progress on a terminal only and --quiet silences it", "[e2e][corpus]") {

@@ -77,7 +77,10 @@ void OrderedWriter::run() {
   }
   if (!out.flush() && stats_.output_error.empty()) stats_.output_error = out.error();
   if (options_.progress) progress.clear();
-  if (StreamSink* stream = StreamSink::active()) stream->attach(nullptr, 0);  // `out` ends here
+  if (StreamSink* stream = StreamSink::active()) {
+    stats_.next_in_part = stream->head_in_part();
+    stream->attach(nullptr, 0);  // `out` ends here
+  }
   queue_.wake();
 }
 

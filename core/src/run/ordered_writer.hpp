@@ -57,6 +57,7 @@ struct WriterStats {
   std::uint64_t records = 0, failed = 0, tokens = 0;
   std::string output_error;  // the output failed (closed pipe, full disk)
   bool stopped_on_failure = false;
+  bool next_in_part = false;  // --stream: the record after the last one written is in part
 };
 
 class OrderedWriter {

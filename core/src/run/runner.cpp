@@ -173,6 +173,7 @@ RunStats CorpusRun::finish(const OrderedWriter& writer, Clock::time_point start)
   stats.tokens = w.tokens;
   stats.output_error = w.output_error;
   stats.stopped_on_failure = w.stopped_on_failure;
+  stats.next_in_part = w.next_in_part;
   stats.interrupted = interrupted();
   stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return stats;
@@ -221,6 +222,15 @@ RunStats run_corpus(const Task& task, std::FILE* in, std::FILE* out, const RunOp
   return stats;
 }
 
+namespace {
+
+// Without a successful record the task's figures are of nothing (a perplexity of no tokens).
+bool has_task_figures(const RunStats& s) {
+  return s.records > s.failed;
+}
+
+}  // namespace
+
 nlohmann::ordered_json summary_json(const Task& task, const RunStats& s) {
   nlohmann::ordered_json j;
   j["records"] = s.records;
@@ -231,12 +241,18 @@ nlohmann::ordered_json summary_json(const Task& task, const RunStats& s) {
   j["records_per_second"] = s.seconds > 0 ? s.records / s.seconds : 0.0;
   j["tokens_per_second"] = s.seconds > 0 ? s.tokens / s.seconds : 0.0;
   j["interrupted"] = s.interrupted;
-  j["task"] = task.summary();
+  j["complete"] = s.complete();  // false: the task's figures count records not written
+  j["task"] = has_task_figures(s) ? task.summary() : nlohmann::ordered_json();
   return j;
 }
 
 std::string summary_text(const Task& task, const RunStats& s) {
-  std::string out = task.summary_text();
+  std::string out = has_task_figures(s) ? task.summary_text() : "";
+  if (!out.empty() && !s.complete())
+    out =
+        "masque: stopped early: the task's figures count every record processed, written or "
+        "not\n" +
+        out;
   char line[256];
   std::snprintf(
       line, sizeof line,

@@ -40,6 +40,7 @@ struct RunStats {
   double seconds = 0.0;
   bool interrupted = false;
   bool stopped_on_failure = false;
+  bool next_in_part = false;  // --stream stopped in the middle of record `records`
   std::string output_error;
 
   // Every record was read and written: nothing stopped the run early.

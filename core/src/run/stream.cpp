@@ -52,6 +52,7 @@ bool StreamSink::finish(std::uint64_t id, const std::string& line) {
   std::lock_guard lock(mutex_);
   std::string rest = line;
   auto it = records_.find(id);
+  const bool streamed = it != records_.end() && !it->second.written.empty();
   if (it != records_.end()) {
     const std::string& written = it->second.written;
     // The streamed text is a prefix of the record's line unless a detokenizer rewrote earlier
@@ -63,8 +64,18 @@ bool StreamSink::finish(std::uint64_t id, const std::string& line) {
     records_.erase(it);
   }
   bool ok = out_ && out_->write(rest) && out_->flush();
+  if (!ok) {
+    unfinished_ = streamed;  // its start is out, its end is not
+    return false;
+  }
   head_ = id + 1;
   return emit_head() && ok;
+}
+
+bool StreamSink::head_in_part() {
+  std::lock_guard lock(mutex_);
+  const auto it = records_.find(head_);
+  return unfinished_ || (it != records_.end() && !it->second.written.empty());
 }
 
 }  // namespace masque

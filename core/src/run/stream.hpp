@@ -42,6 +42,9 @@ class StreamSink {
   // The ordered writer: record `id` is finished and `line` (its text and '\n') is what a run
   // without --stream writes for it. False when the output failed.
   bool finish(std::uint64_t id, const std::string& line);
+  // True when the record at the head has text written but is not finished (the run stopped
+  // in the middle of it).
+  bool head_in_part();
 
  private:
   struct Record {
@@ -56,6 +59,7 @@ class StreamSink {
   OutputWriter* out_ = nullptr;
   std::uint64_t head_ = 0;
   std::map<std::uint64_t, Record> records_;
+  bool unfinished_ = false;  // finish() failed after part of the head's text was written
 };
 
 }  // namespace masque
