@@ -319,19 +319,12 @@ Example Objective::prepare_text(const Record& record) const {
 }
 
 std::vector<std::int32_t> Objective::order_of(const Record& record) const {
-  std::vector<std::int32_t> order;
-  const auto it = record.fields.find(options_.order_field);
-  if (it == record.fields.end()) return order;
-  if (!it->is_array()) throw RecordError("'" + options_.order_field + "' must be an array");
-  for (const auto& v : *it) {
-    // Beyond int32 a position would wrap into a valid-looking one.
-    if (!v.is_number_integer() || v.get<std::int64_t>() < INT32_MIN ||
-        v.get<std::int64_t>() > INT32_MAX)
-      throw RecordError("bad order: '" + options_.order_field +
-                        "' must be an array of positions, got " + v.dump());
-    order.push_back(v.get<std::int32_t>());
+  try {  // the corpus tasks' reader of integer fields (32-bit range included)
+    return int_array_field(record, options_.order_field.c_str())
+        .value_or(std::vector<std::int32_t>{});
+  } catch (const RecordError& e) {  // "bad order" groups these in the skip summary
+    throw RecordError(std::string("bad order: ") + e.what());
   }
-  return order;
 }
 
 // `source tokens, target slots, [SEP]`: the layout plm-generate fills from the template
