@@ -70,3 +70,27 @@ TEST_CASE("lm-score: a prompt conditions the text, only the text is scored", "[e
   CHECK(lines[0]["nll"].get<double>() > 0);
   CHECK(lines[1]["error"] == "nothing to score: the text after the prompt has no tokens");
 }
+
+TEST_CASE("lm-score: a mask that shows a position the token it predicts is flagged", "[e2e][lm]") {
+  const std::string pipeline = (source_dir() / "pipelines/lm-score.yaml").string();
+  const auto dir = scratch_dir("lm_score_leak");
+  const auto summary_file = dir / "summary.json";
+  const std::string input = "Once upon a time\nThe cat sat on the mat.\n";
+  auto score = [&](const std::string& mask) {
+    auto r = run_masque(
+        {"run", pipeline, "--set", "mask.plugin=" + mask, "--summary", summary_file.string()},
+        input);
+    REQUIRE(r.exit_code == 0);
+    return std::pair{r.err, json::parse(read_file(summary_file))["task"]};
+  };
+  const auto [causal_err, causal] = score("causal");
+  CHECK(causal_err.find("warning") == std::string::npos);
+  CHECK(causal.count("positions_seeing_target") == 0);
+  // Bidirectional: every scored position sees the next token.
+  const auto [open_err, open] = score("bidirectional");
+  CHECK(open["positions_seeing_target"] == open["scored_tokens"]);
+  CHECK_THAT(open_err,
+             Catch::Contains("warning: under mask 'bidirectional', " +
+                             open["scored_tokens"].dump() + " of " + open["scored_tokens"].dump() +
+                             " scored positions could attend to the token they predict"));
+}

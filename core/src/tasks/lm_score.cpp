@@ -28,6 +28,7 @@ class LmScoreTask final : public Task {
         model_(*plugins.model),
         tokenizer_(plugins.tokenizer.get()),
         mask_(*plugins.mask),
+        mask_name_(pipeline.at("mask").entry->descriptor->name),
         token_logprobs_(params_.get_bool("token_logprobs")),
         prompt_field_(params_.get_string("prompt_field")) {}
 
@@ -76,18 +77,23 @@ class LmScoreTask final : public Task {
     j["nll"] = nll;
     j["mean_nll"] = scored_ ? nll / static_cast<double>(scored_) : 0.0;
     j["perplexity"] = scored_ ? std::exp(nll / static_cast<double>(scored_)) : 0.0;
+    if (seeing_target_) j["positions_seeing_target"] = seeing_target_;
     return j;
   }
 
   nlohmann::ordered_json summary_state() const override {
     std::lock_guard lock(mutex_);
-    return {{"records", records_}, {"scored_tokens", scored_}, {"nll", total_nll_.encode()}};
+    return {{"records", records_},
+            {"scored_tokens", scored_},
+            {"positions_seeing_target", seeing_target_},
+            {"nll", total_nll_.encode()}};
   }
 
   void merge_summary_state(const nlohmann::ordered_json& state) override {
     std::lock_guard lock(mutex_);
     records_ += state.value("records", std::uint64_t{0});
     scored_ += state.value("scored_tokens", std::uint64_t{0});
+    seeing_target_ += state.value("positions_seeing_target", std::uint64_t{0});
     total_nll_.add(ExactSum::decode(state.value("nll", std::string())));
   }
 
@@ -100,7 +106,13 @@ class LmScoreTask final : public Task {
                   static_cast<unsigned long long>(j["records"].get<std::uint64_t>()),
                   static_cast<unsigned long long>(j["scored_tokens"].get<std::uint64_t>()),
                   j["mean_nll"].get<double>(), j["perplexity"].get<double>());
-    return line;
+    std::string text = line;
+    if (seeing_target_)
+      text += "masque: lm-score: warning: under mask '" + mask_name_ + "', " +
+              std::to_string(seeing_target_) + " of " + std::to_string(scored_) +
+              " scored positions could attend to the token they predict: these figures are not "
+              "a language model's likelihood (score with a causal mask)\n";
+    return text;
   }
 
   std::vector<std::string> tsv_columns() const override { return {"tokens", "nll", "ppl"}; }
@@ -145,9 +157,11 @@ class LmScoreTask final : public Task {
         b.output_rows.push_back(static_cast<std::int32_t>(i * b.length + t));
     ForwardResult out = model_.forward(b);
     std::size_t row = 0;
-    for (Item* item : items) {
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const Item* item = items[i];
       const auto& ids = item->tokens;
       const std::size_t first = first_scored(*item);
+      const std::uint64_t seeing = positions_seeing_target(b.attention, i, first, ids.size());
       std::vector<double> lps(ids.size() - first);
       double nll = 0;
       for (std::size_t k = 0; k < lps.size(); ++k, ++row) {
@@ -174,18 +188,31 @@ class LmScoreTask final : public Task {
       std::lock_guard lock(mutex_);
       ++records_;
       scored_ += lps.size();
+      seeing_target_ += seeing;
       total_nll_.add(nll);  // exact: the corpus NLL does not depend on the batch order
     }
+  }
+
+  // The scored positions (t predicts t + 1) whose mask lets them see t + 1: a bidirectional or
+  // permutation mask hands the model the answer, and its NLL means nothing as a likelihood.
+  static std::uint64_t positions_seeing_target(const AttentionLayout& layout, std::size_t row,
+                                               std::size_t first, std::size_t n) {
+    std::uint64_t count = 0;
+    for (std::size_t t = first - 1; t + 1 < n; ++t)
+      count += layout.allowed(static_cast<std::int32_t>(row), static_cast<std::int32_t>(t),
+                              static_cast<std::int32_t>(t + 1));
+    return count;
   }
 
   const Params& params_;
   const Model& model_;
   const Tokenizer* tokenizer_;
   const MaskStrategy& mask_;
+  std::string mask_name_;
   bool token_logprobs_;
   std::string prompt_field_;
   mutable std::mutex mutex_;
-  mutable std::uint64_t records_ = 0, scored_ = 0;
+  mutable std::uint64_t records_ = 0, scored_ = 0, seeing_target_ = 0;
   mutable ExactSum total_nll_;
 };
 
@@ -198,7 +225,9 @@ const TaskRegistration registration({
         {.name = "lm-score",
          .description = "score each record with a language model: {id, tokens, nll, ppl} "
                         "(nll in nats over tokens 2..n; ppl = exp(nll / (n - 1))); with a prompt, "
-                        "only the text after it is scored (+ prompt_tokens)",
+                        "only the text after it is scored (+ prompt_tokens); under a mask that "
+                        "lets a position see the token it predicts (bidirectional) the summary "
+                        "counts those positions and warns",
          .params = {{.name = "token_logprobs",
                      .type = ParamType::boolean,
                      .default_value = "false",
