@@ -168,6 +168,43 @@ TEST_CASE("model folder: no tokenizer files is a clear error naming what was fou
   CHECK_THAT(no_task.err, Catch::Contains("missing --task"));
 }
 
+TEST_CASE("model folder: a pipeline tokenizer that differs from the folder's own is named",
+          "[e2e][folder]") {
+  // tiny-bert-uncased with a vocab.txt of its own: the same as fill.yaml's, then one token
+  // renamed (a checkpoint trained with another vocabulary).
+  const auto dir = scratch_dir("folder_tokenizer") / "bert";
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors"})
+    fs::copy_file(fs::path(model("tiny-bert-uncased")) / f, dir / f,
+                  fs::copy_options::overwrite_existing);
+  std::string vocab = read_file(fs::path(tokenizer("bert-base-uncased")) / "vocab.txt");
+  write_file(dir / "vocab.txt", vocab);
+  const std::string input = "the capital of france is [MASK] .\n";
+  const std::vector<std::string> args{"run", ready("fill.yaml"), "--set",
+                                      "model.path=" + dir.string()};
+  const auto same = run_masque(args, input);
+  REQUIRE(same.exit_code == 0);
+  CHECK(same.err.find("warning") == std::string::npos);
+  vocab.replace(vocab.find("[unused5]\n"), 9, "zzzqqq");
+  write_file(dir / "vocab.txt", vocab);
+  const auto other = run_masque(args, input);
+  CHECK(other.exit_code == 0);
+  CHECK_THAT(
+      other.err,
+      Catch::Contains("warning: tokenizer 'wordpiece' (vocab ") &&
+          Catch::Contains("differs from the tokenizer the model folder carries "
+                          "(wordpiece, " +
+                          dir.string() + "): id 6 is '[unused5]' here and 'zzzqqq' there") &&
+          Catch::Contains("--set tokenizer.path=" + dir.string() + " --set tokenizer.vocab="));
+  // The advice followed: the folder's own vocabulary, no warning.
+  auto own = args;
+  for (const std::string& set : {"tokenizer.path=" + dir.string(), std::string("tokenizer.vocab=")})
+    own.insert(own.end(), {"--set", set});
+  const auto fixed = run_masque(own, input);
+  CHECK(fixed.exit_code == 0);
+  CHECK(fixed.err.find("warning") == std::string::npos);
+}
+
 TEST_CASE("inspect: stories260k", "[e2e][inspect]") {
   const auto r = run_masque({"inspect", model("stories260k"), "--json"});
   INFO(r.err);

@@ -1,8 +1,10 @@
 #include "tasks/task.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "masque/error.hpp"
+#include "tasks/folder_tokenizer.hpp"
 
 namespace masque {
 
@@ -100,6 +102,11 @@ Plugins create_plugins(const Pipeline& pipeline, const Registry& registry) {
   p.target_tokenizer = create_as<Tokenizer>(pipeline, registry, "target_tokenizer");
   p.mask = create_as<MaskStrategy>(pipeline, registry, "mask");
   p.decoder = create_as<Decoder>(pipeline, registry, "decoder");
+  for (const auto& [section, tokenizer] :
+       {std::pair{"tokenizer", p.tokenizer.get()}, {"target_tokenizer", p.target_tokenizer.get()}})
+    if (tokenizer)
+      if (auto mismatch = folder_tokenizer_mismatch(pipeline, registry, section, *tokenizer))
+        std::fprintf(stderr, "masque: warning: %s\n", mismatch->c_str());
   if (const TaskEntry* entry = find_task(pipeline.task))
     for (const std::string& name : entry->spec.held_masks) {
       const PluginEntry& mask = registry.find(PluginKind::mask, name);
