@@ -41,7 +41,7 @@ loaded, so a folder that passes also runs.
 Examples:
   masque inspect ../shared/models/stories260k
   masque inspect ../shared/models/tiny-gpt2 --tokenizer ../shared/tokenizers/gpt2 --json
-  masque inspect bench-models/gpt2-small --matmul-dtype int8
+  masque inspect ../shared/models/aren-transliteration --matmul-dtype int8   # too small: all f32
 )";
 
 // The matmul_dtype parameter of `plugin`, or null when it has none.

@@ -269,16 +269,31 @@ std::string join(const std::vector<std::string>& items) {
 
 int cmd_tasks(int argc, char** argv) {
   po::options_description o("Options");
-  o.add_options()("help,h", "this help")("json", po::bool_switch(), "machine-readable output");
+  o.add_options()("help,h", "this help")(
+      "json", po::bool_switch(),
+      "with NAME: the task as one JSON object (name, description, sections, parameters, model "
+      "kinds, held masks)");
   po::options_description hidden;
   hidden.add_options()("name", po::value<std::string>());
   po::positional_options_description pos;
   pos.add("name", 1);
   po::variables_map vm = parse(argc, argv, o, hidden, pos);
   if (vm.count("help")) {
-    std::cout << "Usage: masque tasks [NAME] [--json]\n\nThe tasks a pipeline's `task:` can name, "
-                 "with their sections and parameters.\n\n"
-              << o << "\n";
+    std::cout << R"(Usage: masque tasks [NAME] [--json]
+
+The tasks a pipeline's `task:` can name. Without NAME: every task with what it writes per
+record, then the run settings every task takes (the pipeline's `run:` section, or
+--set run.KEY=VALUE) with their types, defaults and meanings. With NAME: the task's sections
+(required, with their default plugins, and optional), the model kinds it runs, the masks it
+holds, and every parameter of its `task:` section with its type, default, range and meaning.
+`train` is the task of `masque train` pipelines.
+
+Examples:
+  masque tasks
+  masque tasks lm-score
+  masque tasks train --json
+
+)" << o << "\n";
     return kExitOk;
   }
   // The run tasks, and `train` (the task of `masque train` pipelines).

@@ -47,8 +47,8 @@ Options:
 Examples:
   echo | masque run pipelines/lm-generate.yaml --format text
   echo "Once upon a time" | masque run pipelines/lm-score.yaml
-  echo "Once upon a time" | masque run --task lm-score --model models/stories260k
-  masque inspect models/stories260k
+  echo "Once upon a time" | masque run --task lm-score --model ../shared/models/stories260k
+  masque inspect ../shared/models/stories260k
   masque plugins beam
   masque mask --strategy permutation --order 3,1,4,2,0 北 京 欢 迎 你
 
