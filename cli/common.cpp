@@ -139,6 +139,9 @@ RunOptions run_options_from(const po::variables_map& vm, const Params& run_param
   o.fail_fast = vm["fail-fast"].as<bool>();
   o.keep_fields = vm["keep-fields"].as<bool>();
   if (vm.count("summary")) o.summary_file = vm["summary"].as<std::string>();
+  for (const auto& [option, name] : {std::pair{"-i", "input"}, {"-o", "output"}})
+    if (vm.count(name)) o.files.emplace_back(option, vm[name].as<std::string>());
+  if (!o.summary_file.empty()) o.files.emplace_back("--summary", o.summary_file);
   return o;
 }
 

@@ -173,7 +173,9 @@ ShardOutcome run_shard(int shard, int count, const std::string& in, const Sharde
   const int fd = open_input(in);
   const ShardRange range = shard_range(fd, info, shard, count);
   ::close(fd);
-  return run_range(shard, range, in, info, pipeline, plugins, options, out);
+  RunOptions shard_options = options;
+  shard_options.shards = count;
+  return run_range(shard, range, in, info, pipeline, plugins, shard_options, out);
 }
 
 // Why a shard stopped early, and the exit code that says so.

@@ -324,6 +324,59 @@ TEST_CASE("embed: the .npy numpy loads equals the JSON-lines output, in input or
   }
 }
 
+TEST_CASE("embed: task.npy holds every row with -o and after --resume, and is never a run file",
+          "[embed]") {
+  // 3000 records; record 1700 is not UTF-8 (an error record, its row NaN) and --fail-fast stops
+  // the first run there, the rows after it half written: --resume finishes both files.
+  const std::size_t count = 3000, bad = 1700;
+  std::string input;
+  for (std::size_t i = 0; i < count; ++i)
+    input += i == bad ? std::string("\xff\n") : "hello world line " + std::to_string(i) + "\n";
+  const auto dir = own_scratch_dir("embed_npy_runs");
+  write_file(dir / "in.txt", input);
+  auto run = [&](const std::string& name, std::vector<std::string> more) {
+    std::vector<std::string> args = {"run",
+                                     "--task",
+                                     "embed",
+                                     "--model",
+                                     fixture("bert-cls").string(),
+                                     "-i",
+                                     (dir / "in.txt").string(),
+                                     "-q",
+                                     "--set",
+                                     "task.npy=" + (dir / (name + ".npy")).string()};
+    args.insert(args.end(), more.begin(), more.end());
+    return run_masque(args);
+  };
+  const auto whole = run("whole", {"-o", (dir / "whole.jsonl").string()});
+  INFO(whole.err);
+  CHECK(whole.exit_code == 1);
+  const std::string npy = read_file(dir / "whole.npy");
+  CHECK(npy.size() == 128 + count * 16 * sizeof(float));
+  CHECK_THAT(npy.substr(0, 128), Catch::Contains("'shape': (3000, 16)"));
+
+  const auto part = (dir / "part.jsonl").string();
+  const auto stopped = run("part", {"-o", part, "--fail-fast"});
+  CHECK(stopped.exit_code == 1);
+  const auto resumed = run("part", {"-o", part, "--resume"});
+  INFO(resumed.err);
+  CHECK(resumed.exit_code == 0);
+  CHECK(read_file(part) == read_file(dir / "whole.jsonl"));
+  CHECK(read_file(dir / "part.npy") == npy);
+
+  // Never the input, the output or the summary; not split over processes.
+  const auto in = run("in", {"--set", "task.npy=" + (dir / "in.txt").string()});
+  CHECK(in.exit_code == 2);
+  CHECK_THAT(in.err, Catch::Contains("is the run's -i file"));
+  CHECK(read_file(dir / "in.txt") == input);
+  const auto out = run("out", {"-o", (dir / "out.npy").string()});
+  CHECK(out.exit_code == 2);
+  CHECK_THAT(out.err, Catch::Contains("is the run's -o file"));
+  const auto shard = run("shard", {"-o", (dir / "shard.jsonl").string(), "--shard", "1/2"});
+  CHECK(shard.exit_code == 2);
+  CHECK_THAT(shard.err, Catch::Contains("this run is split over 2 (--shard or mpirun)"));
+}
+
 TEST_CASE(
     "train: objective classify follows the float64 torch trainer for 100 steps, and "
     "classify loads what it writes",

@@ -214,6 +214,8 @@ int interrupt_signal() {
 }
 
 RunStats run_corpus(const Task& task, std::FILE* in, std::FILE* out, const RunOptions& options) {
+  task.begin_run(
+      {.first_record = options.first_record, .shards = options.shards, .files = options.files});
   auto run = std::make_unique<CorpusRun>(task, options);
   RunStats stats = run->run(in, out);
   // Stopped early, workers may still be busy with its queue: left to the process exit.

@@ -33,6 +33,8 @@ struct RunOptions {
   // to read (the reader stops at that record boundary).
   std::uint64_t first_record = 0;
   std::uint64_t input_limit = UINT64_MAX;
+  int shards = 1;  // processes sharing the corpus (--shard K/N, mpirun)
+  std::vector<std::pair<std::string, std::string>> files;  // RunScope::files
 };
 
 struct RunStats {

@@ -3,6 +3,7 @@
 // last token's, optionally L2-normalised; as JSON lines, or as the rows of a .npy matrix in
 // input order (row r = record r) for numpy and friends.
 #include <algorithm>
+#include <filesystem>
 #include <optional>
 
 #include "masque/error.hpp"
@@ -27,9 +28,22 @@ class EmbedTask final : public Task {
         tokenizer_(plugins.tokenizer.get()),
         mask_(sequence_mask(plugins)),
         pooling_(parse_pooling(params_.get_string("pooling"), model_.info().kind)),
-        normalize_(params_.get_bool("normalize")) {
-    if (const std::string path = params_.get_string("npy"); !path.empty())
-      npy_.emplace(path, static_cast<std::size_t>(model_.info().hidden_size));
+        normalize_(params_.get_bool("normalize")) {}
+
+  void begin_run(const RunScope& scope) const override {
+    const std::string path = params_.get_string("npy");
+    if (path.empty()) return;
+    if (scope.shards > 1)
+      throw ConfigError("task.npy: one process writes the .npy, and this run is split over " +
+                        std::to_string(scope.shards) +
+                        " (--shard or mpirun): run it whole, or leave task.npy out and read the "
+                        "vectors from the JSON lines");
+    for (const auto& [option, file] : scope.files) {
+      std::error_code ec;
+      if (file != "-" && std::filesystem::equivalent(path, file, ec))
+        throw ConfigError("task.npy " + path + ": is the run's " + option + " file");
+    }
+    npy_.emplace(path, static_cast<std::size_t>(model_.info().hidden_size), scope.first_record);
   }
 
   void prepare(Item& item) const override {
@@ -102,38 +116,41 @@ std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {
 }
 
 const TaskRegistration registration({
-    .spec = {.name = "embed",
-             .description =
-                 "a vector per record from the model's final hidden states (first token, mean "
-                 "over the record's tokens or last token; optionally L2-normalised), as JSON "
-                 "lines {id, tokens, embedding} or as the rows of a .npy matrix in input order",
-             .params = {{.name = "pooling",
-                         .type = ParamType::string,
-                         .default_value = "auto",
-                         .help = "which hidden states make the vector: cls (the first token's), "
-                                 "mean (over the record's tokens, pads excluded), last (the last "
-                                 "token's); auto: cls for encoder-only, last for decoder-only "
-                                 "models",
-                         .choices = "auto|cls|mean|last"},
-                        {.name = "normalize",
-                         .type = ParamType::boolean,
-                         .default_value = "false",
-                         .help = "divide each vector by its L2 norm (cosine similarity becomes "
-                                 "a dot product)"},
-                        {.name = "npy",
-                         .type = ParamType::path,
-                         .default_value = "",
-                         .help = "write the vectors to this .npy file (NPY 1.0, '<f4', shape "
-                                 "(records, hidden_size), row r = record r; a failed record's "
-                                 "row is NaN) instead of into the JSON lines",
-                         .flags = kParamMayBeMissing},
-                        add_special_param(),
-                        pair_field_param()},
-             .required_sections = {"model"},
-             .optional_sections = {"tokenizer", "mask"},
-             .default_plugins = {},
-             .model_kinds = {ModelKind::decoder_only, ModelKind::encoder_only},
-             .held_masks = {"bidirectional", "causal"}},
+    .spec =
+        {.name = "embed",
+         .description =
+             "a vector per record from the model's final hidden states (first token, mean "
+             "over the record's tokens or last token; optionally L2-normalised), as JSON "
+             "lines {id, tokens, embedding} or as the rows of a .npy matrix in input order",
+         .params = {{.name = "pooling",
+                     .type = ParamType::string,
+                     .default_value = "auto",
+                     .help = "which hidden states make the vector: cls (the first token's), "
+                             "mean (over the record's tokens, pads excluded), last (the last "
+                             "token's); auto: cls for encoder-only, last for decoder-only "
+                             "models",
+                     .choices = "auto|cls|mean|last"},
+                    {.name = "normalize",
+                     .type = ParamType::boolean,
+                     .default_value = "false",
+                     .help = "divide each vector by its L2 norm (cosine similarity becomes "
+                             "a dot product)"},
+                    {.name = "npy",
+                     .type = ParamType::path,
+                     .default_value = "",
+                     .help =
+                         "write the vectors to this .npy file (NPY 1.0, '<f4', shape "
+                         "(records, hidden_size), row r = record r; a failed record's "
+                         "row is NaN) instead of into the JSON lines; --resume keeps its rows; one "
+                         "process only (not with --shard or mpirun)",
+                     .flags = kParamMayBeMissing},
+                    add_special_param(),
+                    pair_field_param()},
+         .required_sections = {"model"},
+         .optional_sections = {"tokenizer", "mask"},
+         .default_plugins = {},
+         .model_kinds = {ModelKind::decoder_only, ModelKind::encoder_only},
+         .held_masks = {"bidirectional", "causal"}},
     .create = create,
 });
 

@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -37,13 +38,46 @@ std::string npy_header(std::uint64_t rows, std::size_t columns) {
   return header + dict;
 }
 
-NpyWriter::NpyWriter(const std::filesystem::path& path, std::size_t columns)
+NpyWriter::NpyWriter(const std::filesystem::path& path, std::size_t columns,
+                     std::uint64_t kept_rows)
     : path_(path), columns_(columns) {
+  if (kept_rows > 0) {
+    keep_rows(kept_rows);
+    return;
+  }
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0)
     throw ConfigError("task.npy: cannot create " + path.string() + ": " + std::strerror(errno));
   const std::string header = npy_header(0, columns_);
   write_at(0, header.data(), header.size());
+}
+
+void NpyWriter::keep_rows(std::uint64_t rows) {
+  const std::string what = "task.npy: cannot resume " + path_.string() + ": ";
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd_ < 0) throw ConfigError(what + std::strerror(errno));
+  // The header this writer wrote: the same bytes as npy_header of the rows it states.
+  std::string header(kHeaderBytes, '\0');
+  const ssize_t n = ::pread(fd_, header.data(), header.size(), 0);
+  const std::string prefix = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
+  std::uint64_t had = 0;
+  bool ours =
+      n == static_cast<ssize_t>(kHeaderBytes) && header.compare(10, prefix.size(), prefix) == 0;
+  if (ours) {
+    had = std::strtoull(header.c_str() + 10 + prefix.size(), nullptr, 10);
+    ours = header == npy_header(had, columns_);
+  }
+  if (!ours)
+    throw ConfigError(what + "it is not the (rows, " + std::to_string(columns_) +
+                      ") float32 .npy a run of this task writes");
+  if (had < rows)
+    throw ConfigError(what + "it holds " + std::to_string(had) + " rows and the kept output " +
+                      std::to_string(rows) + " records");
+  rows_ = rows;
+  if (::ftruncate(fd_, static_cast<off_t>(kHeaderBytes + rows * columns_ * sizeof(float))) != 0)
+    throw ConfigError(what + std::strerror(errno));
+  const std::string kept = npy_header(rows_, columns_);
+  write_at(0, kept.data(), kept.size());
 }
 
 NpyWriter::~NpyWriter() {

@@ -14,8 +14,10 @@ namespace masque {
 
 class NpyWriter {
  public:
-  // Creates (truncates) `path`; ConfigError when it cannot.
-  NpyWriter(const std::filesystem::path& path, std::size_t columns);
+  // Creates (truncates) `path`, or with `kept_rows` > 0 (a resumed run) keeps the first
+  // `kept_rows` rows of the .npy already there and drops the rest; ConfigError when it cannot
+  // (no such file, another shape, fewer rows).
+  NpyWriter(const std::filesystem::path& path, std::size_t columns, std::uint64_t kept_rows = 0);
   ~NpyWriter();
   NpyWriter(const NpyWriter&) = delete;
   NpyWriter& operator=(const NpyWriter&) = delete;
@@ -29,6 +31,7 @@ class NpyWriter {
  private:
   void grow_to(std::uint64_t rows);  // under mutex_
   void write_at(std::uint64_t offset, const void* data, std::size_t bytes);
+  void keep_rows(std::uint64_t rows);  // opening for a resumed run
 
   std::filesystem::path path_;
   std::size_t columns_;

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -45,12 +46,24 @@ struct Item {
   std::shared_ptr<void> data;          // task-specific prepared state
 };
 
+// What a run tells its task before the first record. A task that writes files of its own
+// (embed's task.npy) opens them in begin_run, not when it is created: a run creates more than
+// one task object (one to merge the figures of its parts).
+struct RunScope {
+  std::uint64_t first_record = 0;  // the first record id this run writes: > 0 resumes a run
+  int shards = 1;                  // processes sharing the corpus (--shard K/N, mpirun)
+  // The run's own files, as (option, path): -i, -o, --summary ("-": a standard stream).
+  std::vector<std::pair<std::string, std::string>> files;
+};
+
 // Contract: prepare() and process() are const and run concurrently on different items and
 // batches. A RecordError thrown by prepare() fails that record; process() returns exactly one
 // Result per item, in order, using error_result() for the records it could not serve.
 class Task {
  public:
   virtual ~Task();
+  // Called once per run_corpus, before any record; ConfigError stops the run (exit 2).
+  virtual void begin_run(const RunScope& /*scope*/) const {}
   virtual void prepare(Item& item) const = 0;
   virtual std::vector<Result> process(std::span<Item* const> batch) const = 0;
   // Corpus-level figures (perplexity, ...), merged over all batches.
