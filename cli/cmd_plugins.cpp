@@ -19,26 +19,6 @@ namespace masque::cli {
 
 namespace {
 
-// Integer bounds in full (2147483647, not 2.14748e+09); a bound at the int64 limit is "no bound".
-std::string bound_text(const ParamSpec& p, double v) {
-  std::ostringstream os;
-  if (p.type == ParamType::integer && std::abs(v) < 0x1p63)
-    os << static_cast<long long>(v);
-  else
-    os << v;
-  return os.str();
-}
-
-std::string range_text(const ParamSpec& p) {
-  const bool integer = p.type == ParamType::integer;
-  const bool lo = std::isfinite(p.min) && !(integer && p.min <= -0x1p63);
-  const bool hi = std::isfinite(p.max) && !(integer && p.max >= 0x1p63 - 1024);
-  if (lo && hi) return "[" + bound_text(p, p.min) + ", " + bound_text(p, p.max) + "]";
-  if (lo) return ">= " + bound_text(p, p.min);
-  if (hi) return "<= " + bound_text(p, p.max);
-  return "";
-}
-
 std::string default_text(const ParamSpec& p) {
   if (p.flags & kParamRequired) return "(required)";
   std::string d = p.default_value ? p.default_value : "";
@@ -70,7 +50,7 @@ void print_params(const ParamSpec* params, std::size_t count) {
     const ParamSpec& p = params[i];
     std::cout << "  " << p.name << "\n";
     std::string line = std::string("type ") + to_string(p.type) + ", default " + default_text(p);
-    if (auto r = range_text(p); !r.empty()) line += ", range " + r;
+    if (auto r = param_range_text(p); !r.empty()) line += ", range " + r;
     if (p.choices) {
       std::string c = p.choices;
       std::replace(c.begin(), c.end(), '|', ',');

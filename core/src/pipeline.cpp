@@ -125,18 +125,6 @@ std::string expand_env(const std::string& text) {
   return out;
 }
 
-std::string range_text(const ParamSpec& spec) {
-  std::ostringstream os;
-  bool lo = std::isfinite(spec.min), hi = std::isfinite(spec.max);
-  if (lo && hi)
-    os << " in [" << spec.min << ", " << spec.max << "]";
-  else if (lo)
-    os << " >= " << spec.min;
-  else if (hi)
-    os << " <= " << spec.max;
-  return os.str();
-}
-
 std::vector<std::string> split_choices(const char* choices) {
   std::vector<std::string> out;
   std::stringstream ss(choices);
@@ -167,11 +155,18 @@ std::string scalar(const YAML::Node& node) {
   return expand_env(node.Scalar());
 }
 
+// " in [1, 8]", " >= 0", or "".
+std::string range_suffix(const ParamSpec& spec) {
+  const std::string range = param_range_text(spec);
+  if (range.empty()) return "";
+  return (range[0] == '[' ? " in " : " ") + range;
+}
+
 void check_range(const ParamSpec& spec, double v, const std::string& shown) {
   if (v < spec.min || v > spec.max)
     throw ConfigError(std::string("expected ") +
                       (spec.type == ParamType::integer ? "an integer" : "a number") +
-                      range_text(spec) + ", got " + shown);
+                      range_suffix(spec) + ", got " + shown);
 }
 
 // Converts a YAML node to the declared type. Throws ConfigError("expected ..., got ...").
@@ -194,7 +189,7 @@ ParamValue convert(const ParamSpec& spec, const YAML::Node& node) {
           return *v;
         }
       }
-      throw ConfigError("expected an integer" + range_text(spec) + ", got " + node_text(node));
+      throw ConfigError("expected an integer" + range_suffix(spec) + ", got " + node_text(node));
     }
     case ParamType::number: {
       if (!null && node.IsScalar()) {
@@ -204,7 +199,7 @@ ParamValue convert(const ParamSpec& spec, const YAML::Node& node) {
           return *v;
         }
       }
-      throw ConfigError("expected a number" + range_text(spec) + ", got " + node_text(node));
+      throw ConfigError("expected a number" + range_suffix(spec) + ", got " + node_text(node));
     }
     case ParamType::string:
     case ParamType::path: {
@@ -660,6 +655,31 @@ class Loader {
 };
 
 }  // namespace
+
+namespace {
+
+// Integer bounds in full (2147483647, not 2.14748e+09).
+std::string bound_text(const ParamSpec& spec, double v) {
+  std::ostringstream os;
+  if (spec.type == ParamType::integer && std::abs(v) < 0x1p63)
+    os << static_cast<long long>(v);
+  else
+    os << v;
+  return os.str();
+}
+
+}  // namespace
+
+std::string param_range_text(const ParamSpec& spec) {
+  // A bound at the int64 limit is no bound.
+  const bool integer = spec.type == ParamType::integer;
+  const bool lo = std::isfinite(spec.min) && !(integer && spec.min <= -0x1p63);
+  const bool hi = std::isfinite(spec.max) && !(integer && spec.max >= 0x1p63 - 1024);
+  if (lo && hi) return "[" + bound_text(spec, spec.min) + ", " + bound_text(spec, spec.max) + "]";
+  if (lo) return ">= " + bound_text(spec, spec.min);
+  if (hi) return "<= " + bound_text(spec, spec.max);
+  return "";
+}
 
 ParamValue parse_param_value(const ParamSpec& spec, const std::string& yaml_text) {
   YAML::Node node = yaml_text.empty() ? YAML::Node() : load_yaml(yaml_text, "value");

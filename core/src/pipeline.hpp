@@ -85,6 +85,9 @@ Pipeline load_pipeline_file(const std::filesystem::path& file, const LoadOptions
 // Parameter values from text: used for defaults, pipeline values and --set values alike.
 // Throws ConfigError with `what` describing the expectation.
 ParamValue parse_param_value(const ParamSpec& spec, const std::string& yaml_text);
+// A parameter's range as `masque plugins` and the errors show it: "[1, 2147483647]" (integers
+// in full), ">= 0", "<= 1", or "" for none.
+std::string param_range_text(const ParamSpec& spec);
 
 // Fills every declared parameter with its default (plugins created outside a pipeline).
 Params default_params(const PluginDescriptor& descriptor);

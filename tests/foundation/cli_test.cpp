@@ -154,4 +154,9 @@ TEST_CASE("masque plugins: integer ranges are shown in full", "[cli]") {
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find("range [1, 2147483647]") != std::string::npos);
+  // The error for a value outside it says the same.
+  const auto refused =
+      run_masque({"mask", "--strategy", "windowed-causal", "--set", "window=0", "a", "b"});
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.err.find("expected an integer in [1, 2147483647], got 0") != std::string::npos);
 }
