@@ -245,14 +245,27 @@ std::string join(const std::vector<std::string>& items) {
   for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
   return out;
 }
+nlohmann::ordered_json task_json(const TaskSpec& t) {
+  nlohmann::ordered_json j;
+  j["name"] = t.name;
+  j["description"] = t.description;
+  j["required_sections"] = t.required_sections;
+  j["optional_sections"] = t.optional_sections;
+  j["default_plugins"] = t.default_plugins;
+  j["parameters"] = params_json(t.params.data(), t.params.size());
+  j["model_kinds"] = model_kinds(t);
+  j["held_masks"] = t.held_masks;
+  return j;
+}
 }  // namespace
 
 int cmd_tasks(int argc, char** argv) {
   po::options_description o("Options");
   o.add_options()("help,h", "this help")(
       "json", po::bool_switch(),
-      "with NAME: the task as one JSON object (name, description, sections, parameters, model "
-      "kinds, held masks)");
+      "machine-readable: with NAME the task as one JSON object (name, description, sections, "
+      "default plugins, parameters, model kinds, held masks); without, {tasks: [...], "
+      "run_settings: [...]}");
   po::options_description hidden;
   hidden.add_options()("name", po::value<std::string>());
   po::positional_options_description pos;
@@ -272,6 +285,7 @@ Examples:
   masque tasks
   masque tasks lm-score
   masque tasks train --json
+  masque tasks --json
 
 )" << o << "\n";
     return kExitOk;
@@ -284,15 +298,7 @@ Examples:
     for (const auto& t : catalog) {
       if (t.name != name) continue;
       if (vm["json"].as<bool>()) {
-        nlohmann::ordered_json j;
-        j["name"] = t.name;
-        j["description"] = t.description;
-        j["required_sections"] = t.required_sections;
-        j["optional_sections"] = t.optional_sections;
-        j["parameters"] = params_json(t.params.data(), t.params.size());
-        j["model_kinds"] = model_kinds(t);
-        j["held_masks"] = t.held_masks;
-        std::cout << j.dump(2) << "\n";
+        std::cout << task_json(t).dump(2) << "\n";
         return kExitOk;
       }
       std::cout << "task '" << t.name << "'\n" << wrap(t.description, 2);
@@ -316,10 +322,18 @@ Examples:
     for (const auto& t : catalog) all += (all.empty() ? "" : ", ") + t.name;
     throw ConfigError("no task named '" + name + "'; available: " + all);
   }
+  const auto& run = run_param_specs();
+  if (vm["json"].as<bool>()) {
+    nlohmann::ordered_json j;
+    j["tasks"] = nlohmann::ordered_json::array();
+    for (const auto& t : catalog) j["tasks"].push_back(task_json(t));
+    j["run_settings"] = params_json(run.data(), run.size());
+    std::cout << j.dump(2) << "\n";
+    return kExitOk;
+  }
   for (const auto& t : catalog) std::printf("%-14s %s\n", t.name.c_str(), t.description.c_str());
   std::cout
       << "\nrun settings (the pipeline's `run:` section, or --set run.KEY=VALUE; every task)\n";
-  const auto& run = run_param_specs();
   print_params(run.data(), run.size());
   return kExitOk;
 }

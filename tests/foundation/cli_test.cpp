@@ -160,3 +160,24 @@ TEST_CASE("masque plugins: integer ranges are shown in full", "[cli]") {
   CHECK(refused.exit_code == 2);
   CHECK(refused.err.find("expected an integer in [1, 2147483647], got 0") != std::string::npos);
 }
+
+TEST_CASE("masque tasks --json: every task and the run settings, as with NAME", "[cli]") {
+  auto all = run_masque({"tasks", "--json"});
+  INFO(all.err);
+  REQUIRE(all.exit_code == 0);
+  const auto j = nlohmann::json::parse(all.out);
+  REQUIRE(j["tasks"].size() > 5);
+  bool found = false;
+  for (const auto& t : j["tasks"]) {
+    if (t["name"] != "lm-score") continue;
+    found = true;
+    auto one = run_masque({"tasks", "lm-score", "--json"});
+    REQUIRE(one.exit_code == 0);
+    CHECK(nlohmann::json::parse(one.out) == t);
+    CHECK(t["default_plugins"]["mask"] == "causal");
+  }
+  CHECK(found);
+  bool batching = false;
+  for (const auto& p : j["run_settings"]) batching |= p["name"] == "batching";
+  CHECK(batching);
+}
