@@ -25,7 +25,7 @@ const std::vector<ParamSpec>& run_param_specs() {
        .type = ParamType::string,
        .default_value = "static",
        .help =
-           "lm-generate and seq2seq (not with return_attention/replace_unknowns): "
+           "lm-generate, plm-generate and seq2seq (not with return_attention/replace_unknowns): "
            "continuous keeps up to max_batch_size rows decoding (a record's beams are rows) and "
            "starts the next records as rows finish (started max_batch_size records at a time "
            "within max_batch_tokens); static decodes each batch until its longest record "

@@ -384,10 +384,6 @@ class PlmGenerateTask final : public Task {
 };
 
 std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {
-  if (parse_plm_method(pipeline.task_params.get_string("method")) == PlmMethod::query_stream)
-    throw ConfigError(
-        "plm-generate fills one position per step: use method incremental (the query "
-        "stream with the KV cache) or visible-mask");
   return std::make_unique<PlmGenerateTask>(pipeline, plugins);
 }
 
@@ -405,8 +401,10 @@ const TaskRegistration registration({
                .default_value = "visible-mask",
                .help = "visible-mask: not-yet-filled positions are visible [MASK] tokens (plain "
                        "BERT checkpoints); incremental: permutation LM with the KV cache — a query "
-                       "token at the next position sees the given words and the filled ones",
-               .choices = "visible-mask|incremental|query-stream"},
+                       "token at the next position sees the given words and the filled ones "
+                       "(plm-score's query-stream scores every position in one pass; generation "
+                       "fills one per step)",
+               .choices = "visible-mask|incremental"},
               {.name = "order_by",
                .type = ParamType::string,
                .default_value = "mask",
