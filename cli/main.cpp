@@ -57,15 +57,26 @@ Exit codes: 0 ok; 1 some records failed (each has an error record in its place);
 128+N interrupted by signal N (only complete records were written).
 )";
 
-// Under mpirun each rank prints its own errors: say which rank (and host) it is.
-void print_error(const char* message) {
+// Under mpirun each rank prints its own errors: say which rank (and host) it is. With other
+// ranks the error ends the whole job (MPI_Abort): they may be waiting for this one in a
+// collective, and MPI_Finalize at exit would wait for them — the job would hang.
+int fail(const char* message, int code) {
   std::string where;
+  masque::dist::Communicator* world = nullptr;
   try {
-    if (masque::dist::launched_by_mpi()) where = masque::dist::world().where();
+    if (masque::dist::launched_by_mpi()) {
+      world = &masque::dist::world();
+      where = world->where();
+    }
   } catch (...) {  // MPI could not start: the message still goes out
   }
   std::fprintf(stderr, "masque: %s%serror: %s\n", where.c_str(), where.empty() ? "" : ": ",
                message);
+  if (world && world->size() > 1) {
+    std::fflush(nullptr);
+    world->abort(code);
+  }
+  return code;
 }
 
 }  // namespace
@@ -104,13 +115,10 @@ int main(int argc, char** argv) {
                  command.c_str());
     return kExitUsage;
   } catch (const ConfigError& e) {
-    print_error(e.what());
-    return kExitUsage;
+    return fail(e.what(), kExitUsage);
   } catch (const std::exception& e) {
-    print_error(e.what());
-    return kExitRuntime;
+    return fail(e.what(), kExitRuntime);
   } catch (...) {  // a plugin may throw anything; still a message and an exit code, not an abort
-    print_error("an exception that is not a std::exception");
-    return kExitRuntime;
+    return fail("an exception that is not a std::exception", kExitRuntime);
   }
 }

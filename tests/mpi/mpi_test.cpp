@@ -76,6 +76,29 @@ Outcome run(const std::vector<std::string>& args, const fs::path& dir) {
   return wait_for(spawn(args, dir), dir);
 }
 
+// As run(), but a job still running after `seconds` has hung: mpirun is told to end its ranks
+// (SIGTERM, then SIGKILL) and the outcome's exit code is -2.
+Outcome run_within(const std::vector<std::string>& args, const fs::path& dir, int seconds) {
+  const pid_t pid = spawn(args, dir);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGTERM);
+      for (int i = 0; i < 100 && waitpid(pid, &status, WNOHANG) == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return {-2, read_file(dir / "stderr")};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  Outcome o;
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  o.err = read_file(dir / "stderr");
+  return o;
+}
+
 std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
@@ -351,6 +374,54 @@ TEST_CASE("mpi: ranks that read different inputs or pipelines stop the run, nami
   INFO(o.err);
   CHECK(o.exit_code == 0);
   CHECK(parse_jsonl(read_file(out)).size() == 40);
+}
+
+TEST_CASE("mpi: an error on one rank before the job starts ends the job, naming the rank",
+          "[mpi]") {
+  const fs::path dir = scratch_dir("mpi_early_error");
+  const std::string pipeline = (source_dir() / "pipelines/lm-score.yaml").string();
+  write_file(dir / "in.txt", corpus(kStoryWords, 40, 8, 7, false));
+  const std::string out = (dir / "out.jsonl").string();
+  // Rank 1 stops while loading its pipeline; rank 0 waits for it in the job's first collective
+  // (it hung there, and rank 1 in MPI_Finalize).
+  std::vector<std::string> args =
+      concat(mpirun(1), {"run", pipeline, "-q", "-i", (dir / "in.txt").string(), "-o", out});
+  args = concat(args, {":", "-n", "1", binary().string(), "run", pipeline, "-q", "-i",
+                       (dir / "in.txt").string(), "-o", out, "--set", "task.bogus=1"});
+  Outcome o = run_within(args, dir, 60);
+  INFO(o.err);
+  CHECK(o.exit_code == 2);
+  CHECK(o.err.find("masque: rank 1 of 2 on ") != std::string::npos);
+  CHECK(o.err.find("task.bogus") != std::string::npos);
+  CHECK_FALSE(fs::exists(out));
+
+  // The same in training: rank 1's train_file does not exist.
+  write_file(dir / "train.txt", corpus(kStoryWords, 16, 8, 3, false));
+  const std::string train = (source_dir() / "pipelines/train-causal-lm.yaml").string();
+  auto trainer = [&](const std::string& data) {
+    return std::vector<std::string>{binary().string(),
+                                    "train",
+                                    train,
+                                    "-q",
+                                    "--set",
+                                    "task.train_file=" + (dir / data).string(),
+                                    "--set",
+                                    "task.output=" + (dir / "run").string(),
+                                    "--set",
+                                    "task.steps=2",
+                                    "--set",
+                                    "task.batch_size=4"};
+  };
+  auto launcher = mpirun(1);
+  launcher.pop_back();  // the binary is the first of trainer's arguments
+  args = concat(concat(concat(launcher, trainer("train.txt")), {":", "-n", "1"}),
+                trainer("missing.txt"));
+  o = run_within(args, dir, 60);
+  INFO(o.err);
+  CHECK(o.exit_code == 2);
+  CHECK(o.err.find("masque: rank 1 of 2 on ") != std::string::npos);
+  CHECK(o.err.find("missing.txt") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "run/last"));
 }
 
 namespace {
