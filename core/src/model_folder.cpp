@@ -161,8 +161,8 @@ std::string tokenizer_sections(const FolderRequest& request, const TaskSpec& tas
         "); a tokenizer is named by tokenizer.json (tokenizer-json), tokenizer.model "
         "(sentencepiece), vocab.json + merges.txt (bpe), vocab.txt (wordpiece) or "
         "source_vocab.txt [+ target_vocab.txt] (vocab); give a folder that has one with "
-        "--tokenizer DIR, or name one with --set tokenizer.plugin=NAME and its parameters (--set "
-        "tokenizer.vocab=FILE)");
+        "--tokenizer DIR, or (masque run) name one with --set tokenizer.plugin=NAME and its "
+        "parameters (--set tokenizer.vocab=FILE)");
   std::string text;
   for (const auto& s : sections) {
     if (!uses_section(task, s.section)) continue;

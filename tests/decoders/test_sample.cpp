@@ -192,6 +192,17 @@ TEST_CASE("num_hypotheses gives independent samples, best first") {
   REQUIRE(any_differ);
 }
 
+TEST_CASE("num_hypotheses above 1 where sampling is greedy is refused, not N copies") {
+  const auto records = varied_records(2, kVocab, 5, true);
+  for (const Overrides& extra :
+       {Overrides{{"temperature", 0.0}}, Overrides{{"top_k", std::int64_t{1}}}}) {
+    Overrides o{{"num_hypotheses", std::int64_t{3}}};
+    o.insert(extra.begin(), extra.end());
+    REQUIRE_THROWS_WITH(decode_with("sample", o, kVocab, records, hashed_model(2)),
+                        Catch::Contains("(greedy) gives identical hypotheses"));
+  }
+}
+
 TEST_CASE("sampled log-probs are those of the processed logits, before temperature") {
   FakeRecord rec;
   rec.max_steps = 1;

@@ -63,7 +63,15 @@ class SampleDecoder final : public masque::Decoder {
       : options_(masque::parse_decoding_options(params)),
         sampling_(parse_sampling(params)),
         seed_(static_cast<std::uint64_t>(params.get_int("seed"))),
-        num_hypotheses_(static_cast<std::int32_t>(params.get_int("num_hypotheses"))) {}
+        num_hypotheses_(static_cast<std::int32_t>(params.get_int("num_hypotheses"))) {
+    const bool greedy = sampling_.temperature == 0 || sampling_.top_k == 1;
+    if (greedy && num_hypotheses_ > 1)
+      throw masque::ConfigError(
+          "num_hypotheses " + std::to_string(num_hypotheses_) + " with " +
+          (sampling_.temperature == 0 ? "temperature 0" : "top_k 1") +
+          " (greedy) gives identical hypotheses: use the beam decoder for different ones, or "
+          "sample with a temperature above 0 and top_k 0 or above 1");
+  }
 
   std::vector<masque::DecodeResult> decode(masque::Stepper& stepper) const override {
     if (options_.return_alternatives)
