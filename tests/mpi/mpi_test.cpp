@@ -424,6 +424,64 @@ TEST_CASE("mpi: an error on one rank before the job starts ends the job, naming 
   CHECK_FALSE(fs::exists(dir / "run/last"));
 }
 
+TEST_CASE(
+    "mpi: ranks that would train different steps stop before the first, naming the rank and "
+    "what differs",
+    "[mpi][train]") {
+  const fs::path dir = scratch_dir("mpi_train_mismatch");
+  const std::string text = corpus(kStoryWords, 24, 10, 5, false);
+  write_file(dir / "train.txt", text);
+  write_file(dir / "short.txt", text.substr(0, text.find('\n', text.size() / 2) + 1));
+  const std::string pipeline = (source_dir() / "pipelines/train-causal-lm.yaml").string();
+  auto trainer = [&](const std::string& data, const std::vector<std::string>& extra) {
+    return concat({binary().string(), "train", pipeline, "-q", "--set",
+                   "task.train_file=" + (dir / data).string(), "--set",
+                   "task.output=" + (dir / "run").string(), "--set", "task.batch_size=4"},
+                  extra);
+  };
+  auto launcher = mpirun(1);
+  launcher.pop_back();  // the binary is the first of trainer's arguments
+  // Rank 0 and rank 1 (a second app context) with their own arguments.
+  auto job = [&](const std::vector<std::string>& rank0, const std::vector<std::string>& rank1) {
+    fs::remove_all(dir / "run");
+    return run_within(concat(concat(concat(launcher, rank0), {":", "-n", "1"}), rank1), dir, 120);
+  };
+  auto check_refused = [&](const Outcome& o, const std::string& what) {
+    INFO(o.err);
+    CHECK(o.exit_code == 2);
+    CHECK(o.err.find("rank 1 on ") != std::string::npos);
+    CHECK(o.err.find("trains with another " + what + " than rank 0") != std::string::npos);
+    CHECK_FALSE(fs::exists(dir / "run/last"));
+  };
+  // Other data: silently other gradients; with epochs, other step counts, and the rank that
+  // finished first left the other waiting in a reduction for ever.
+  check_refused(job(trainer("train.txt", {}), trainer("short.txt", {})), "task.train_file");
+  check_refused(job(trainer("train.txt", {"--set", "task.steps=3"}),
+                    trainer("train.txt", {"--set", "task.steps=3", "--set", "task.lr=1e-2"})),
+                "task.lr");
+  // Another --threads cuts the batches into other parts: records trained twice or never.
+  check_refused(job(trainer("train.txt", {"--set", "task.steps=3", "--threads", "2"}),
+                    trainer("train.txt", {"--set", "task.steps=3"})),
+                "--threads");
+  // A rank that does not resume would start from other weights.
+  fs::remove_all(dir / "base");
+  fs::create_directories(dir / "base.log");
+  const Outcome base = run(trainer("train.txt", {"--set", "task.steps=4", "--set",
+                                                 "task.output=" + (dir / "base").string()}),
+                           dir / "base.log");
+  REQUIRE(base.exit_code == 0);
+  check_refused(
+      job(trainer("train.txt", {"--set", "task.steps=4", "--resume", (dir / "base").string()}),
+          trainer("train.txt", {"--set", "task.steps=4"})),
+      "model weights");
+  // The same job on both ranks trains.
+  const Outcome same = job(trainer("train.txt", {"--set", "task.steps=3"}),
+                           trainer("train.txt", {"--set", "task.steps=3"}));
+  INFO(same.err);
+  CHECK(same.exit_code == 0);
+  CHECK(fs::is_regular_file(dir / "run/last/model.safetensors"));
+}
+
 namespace {
 
 std::vector<json> probe(const std::vector<std::string>& launcher, const fs::path& dir) {

@@ -277,6 +277,87 @@ void check_model_plugin(const fs::path& checkpoint, const std::string& plugin) {
                       plugin + "' (resume with the pipeline the run was started with)");
 }
 
+// ---- ranks that must train the same job ---------------------------------------------------
+
+// FNV-1a over 64-bit words, folded: whether two ranks hold the same values (not a secure hash).
+class Digest {
+ public:
+  void mix(std::uint64_t v) {
+    h_ = (h_ ^ v) * 0x100000001b3ull;
+    h_ ^= h_ >> 29;
+  }
+  void add(const void* data, std::size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    mix(n);
+    for (std::uint64_t word = 0; n >= 8; p += 8, n -= 8) {
+      std::memcpy(&word, p, 8);
+      mix(word);
+    }
+    for (; n > 0; ++p, --n) mix(*p);
+  }
+  template <class T>
+  void add(const std::vector<T>& v) {
+    add(v.data(), v.size() * sizeof(T));
+  }
+  std::string hex() const {
+    char text[17];
+    std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h_));
+    return text;
+  }
+
+ private:
+  std::uint64_t h_ = 0xcbf29ce484222325ull;
+};
+
+// The records as the steps see them (what a rank skipped, or tokenized otherwise, shows here).
+std::string records_digest(const std::vector<Example>& examples) {
+  Digest d;
+  for (const Example& e : examples) {
+    d.mix(e.line);
+    d.add(e.ids);
+    d.add(e.segments);
+    d.add(e.target);
+    d.add(e.order);
+    d.add(e.context);
+    d.mix(static_cast<std::uint64_t>(static_cast<std::int64_t>(e.label)));
+  }
+  return std::to_string(examples.size()) + " records, digest " + d.hex();
+}
+
+std::string weights_digest(const ParameterSet& params) {
+  Digest d;
+  for (const auto& e : params.entries()) {
+    d.add(e.name.data(), e.name.size());
+    d.add(e.value.raw(), e.value.bytes());
+  }
+  return "digest " + d.hex();
+}
+
+// The first difference between rank 0's job and another's (`jobs`: each rank's
+// {"host", "job"}, gathered on rank 0), or "".
+std::string job_difference(const std::vector<std::string>& jobs) {
+  const nlohmann::ordered_json first = nlohmann::ordered_json::parse(jobs.at(0));
+  for (std::size_t r = 1; r < jobs.size(); ++r) {
+    const nlohmann::ordered_json other = nlohmann::ordered_json::parse(jobs[r]);
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : first["job"].items()) keys.push_back(key);
+    for (const auto& [key, value] : other["job"].items())
+      if (!first["job"].contains(key)) keys.push_back(key);
+    for (const std::string& key : keys) {
+      const auto value_of = [&](const nlohmann::ordered_json& j) {
+        return j["job"].contains(key) ? j["job"][key] : nlohmann::ordered_json();
+      };
+      if (value_of(first) == value_of(other)) continue;
+      return "rank " + std::to_string(r) + " on " + other["host"].get<std::string>() +
+             " trains with another " + key + " than rank 0 on " + first["host"].get<std::string>() +
+             " (" + value_of(other).dump() + " against " + value_of(first).dump() +
+             "): every rank must train the same model on the same data, with the same pipeline, "
+             "--threads and --resume checkpoint";
+    }
+  }
+  return "";
+}
+
 // ---- what the run prints ------------------------------------------------------------------
 
 std::string number(double v, int digits = 4) {
@@ -315,6 +396,9 @@ class Session {
   void carry_tokenizer_settings();
   // ConfigError naming each key whose change would make the resumed run differ.
   void check_trajectory(const nlohmann::json& state, const fs::path& file) const;
+  // Under mpirun: rank 0's error text when the ranks would not train the same steps (settings,
+  // data, weights, resumed state, --threads), the same on every rank; "" when they would.
+  std::string check_same_job(const std::vector<Example>& train) const;
   // Resumed before the run folder's last checkpoint: the later ones and a `best` among them
   // belong to a continuation this run replaces.
   void forget_abandoned();
@@ -560,6 +644,25 @@ void Session::restore() {
                  static_cast<long long>(trainer_->steps_done()));
 }
 
+std::string Session::check_same_job(const std::vector<Example>& train) const {
+  dist::Communicator* comm = options_.communicator;
+  if (!comm || comm->size() == 1) return "";
+  // Ranks that differ would reduce gradients of other data or shapes, or leave the step loop
+  // at different steps (and the others waiting): compare before the first step.
+  nlohmann::ordered_json job;
+  for (const auto& [key, value] : trajectory_.items()) job[key] = value;
+  job["--threads"] = options_.threads;
+  job["number of steps"] = total_;
+  job["usable training records"] = records_digest(train);
+  job["model weights"] = weights_digest(params_);
+  job["trainer state (--resume)"] = trainer_->state();
+  const std::vector<std::string> jobs =
+      comm->gather(nlohmann::ordered_json{{"host", comm->host()}, {"job", job}}.dump(), 0);
+  std::string error = comm->rank() == 0 ? job_difference(jobs) : "";
+  comm->broadcast(error, 0);
+  return error;
+}
+
 void Session::forget_abandoned() {
   if (!leader()) return;
   const fs::path checkpoint = fs::canonical(CheckpointStore::resolve_resume(options_.resume));
@@ -700,8 +803,12 @@ int Session::run() {
   // Rank 0 alone owns the run folder (an error there ends every rank: cmd_train aborts the job).
   if (leader()) store_ = std::make_unique<CheckpointStore>(settings_.output, settings_.keep_last);
   start_ = std::chrono::steady_clock::now();
+  if (!options_.resume.empty()) restore();
+  if (const std::string error = check_same_job(train); !error.empty()) {
+    if (leader()) std::fprintf(stderr, "masque: error: %s\n", error.c_str());
+    return kExitUsage;  // on every rank, before any step: the job ends normally
+  }
   if (!options_.resume.empty()) {
-    restore();
     forget_abandoned();
   } else if (leader() && !store_->steps().empty()) {
     throw ConfigError(settings_.output.string() + " already holds a run (" +

@@ -21,7 +21,9 @@ struct SessionOptions {
 };
 
 // Runs the `task: train` pipeline; returns 0, or 128 + N when signal N stopped it (after a
-// complete checkpoint of the last finished step). Errors are thrown (ConfigError: exit 2).
+// complete checkpoint of the last finished step), or 2 on every rank when the ranks of a
+// data-parallel job would not train the same steps (rank 0 says why). Errors are thrown
+// (ConfigError: exit 2).
 int run_training(Pipeline pipeline, const Registry& registry, const SessionOptions& options);
 
 }  // namespace masque::train
