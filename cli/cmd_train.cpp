@@ -33,11 +33,13 @@ Examples:
 Under mpirun (or srun) the ranks train data-parallel: each micro-batch is cut into
 ranks x --threads parts, each rank trains its own, and the gradients are summed over the ranks in
 rank order, so every rank applies the same update; the losses equal one process's within float
-rounding. Rank 0 writes the checkpoints, metrics and progress.
+rounding. Rank 0 writes the checkpoints, metrics and progress. To stop every rank with a
+checkpoint, send mpirun SIGUSR1 (it passes it on; its SIGINT kills the ranks a second later).
 
 Exit codes: 0 trained; 2 usage, configuration or data error (e.g. more skipped records than
-task.max_bad_records); 3 runtime failure; 128+N stopped by signal N (SIGINT, SIGTERM) after a
-complete checkpoint of the last finished step (continue with --resume).
+task.max_bad_records); 3 runtime failure; 128+N stopped by signal N (SIGINT, SIGTERM, SIGHUP,
+SIGQUIT, SIGUSR1, SIGUSR2) after a complete checkpoint of the last finished step (continue with
+--resume).
 )";
 }  // namespace
 

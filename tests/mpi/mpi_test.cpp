@@ -7,10 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -76,10 +78,9 @@ Outcome run(const std::vector<std::string>& args, const fs::path& dir) {
   return wait_for(spawn(args, dir), dir);
 }
 
-// As run(), but a job still running after `seconds` has hung: mpirun is told to end its ranks
-// (SIGTERM, then SIGKILL) and the outcome's exit code is -2.
-Outcome run_within(const std::vector<std::string>& args, const fs::path& dir, int seconds) {
-  const pid_t pid = spawn(args, dir);
+// As wait_for(), but a job still running after `seconds` has hung: mpirun is told to end its
+// ranks (SIGTERM, then SIGKILL) and the outcome's exit code is -2.
+Outcome wait_within(pid_t pid, const fs::path& dir, int seconds) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   int status = 0;
   while (waitpid(pid, &status, WNOHANG) == 0) {
@@ -97,6 +98,10 @@ Outcome run_within(const std::vector<std::string>& args, const fs::path& dir, in
   o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   o.err = read_file(dir / "stderr");
   return o;
+}
+
+Outcome run_within(const std::vector<std::string>& args, const fs::path& dir, int seconds) {
+  return wait_within(spawn(args, dir), dir, seconds);
 }
 
 std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
@@ -480,6 +485,72 @@ TEST_CASE(
   INFO(same.err);
   CHECK(same.exit_code == 0);
   CHECK(fs::is_regular_file(dir / "run/last/model.safetensors"));
+}
+
+namespace {
+
+// The number of lines of `file` (0 when it does not exist yet).
+std::size_t lines_of(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::exists(file, ec)) return 0;
+  const std::string text = read_file(file);
+  return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "mpi: a signal to one rank, or one mpirun passes on, stops every rank of a training after "
+    "the same step with its checkpoint",
+    "[mpi][train]") {
+  const fs::path dir = scratch_dir("mpi_train_signal");
+  write_file(dir / "train.txt", corpus(kStoryWords, 2000, 30, 13, false));
+  const fs::path output = dir / "run";
+  const std::string pipeline = (source_dir() / "pipelines/train-causal-lm.yaml").string();
+  auto launcher = mpirun(2);
+  launcher.pop_back();
+  const std::vector<std::string> args =
+      concat(launcher, {binary().string(), "train", pipeline, "-q", "--set",
+                        "task.train_file=" + (dir / "train.txt").string(), "--set",
+                        "task.output=" + output.string(), "--set", "task.batch_size=16", "--set",
+                        "task.steps=100000"});
+  // Signals a job once it has made a few steps; the outcome, and the step it stopped after.
+  auto stop = [&](const std::vector<std::string>& job, const std::function<void(pid_t)>& signal) {
+    const std::size_t before = lines_of(output / "metrics.jsonl");
+    const pid_t pid = spawn(job, dir);
+    for (int i = 0; i < 1200 && lines_of(output / "metrics.jsonl") < before + 3; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    signal(pid);
+    return wait_within(pid, dir, 120);
+  };
+  auto last_step = [&] {
+    return json::parse(read_file(output / "last/trainer_state.json"))["step"].get<int>();
+  };
+
+  // SIGTERM to rank 1 alone: rank 0 learns it at the next step and stops with the same signal.
+  const Outcome first = stop(args, [&](pid_t) {
+    const pid_t rank1 = find_rank(1, output.string());
+    REQUIRE(rank1 != 0);
+    kill(rank1, SIGTERM);
+  });
+  INFO(first.err);
+  CHECK(first.exit_code == 128 + SIGTERM);
+  CHECK(first.err.find("stopped by signal 15 (sent to rank 1) after step") != std::string::npos);
+  REQUIRE(fs::is_regular_file(output / "last/model.safetensors"));
+  const int stopped_at = last_step();
+  CHECK(stopped_at > 0);
+  CHECK(lines_of(output / "metrics.jsonl") == static_cast<std::size_t>(stopped_at));
+
+  // mpirun passes SIGUSR1 on to every rank (its SIGINT would kill them a second later): they
+  // stop with a checkpoint, as a plain process does, and the run resumed.
+  const Outcome second =
+      stop(concat(args, {"--resume", output.string()}), [](pid_t job) { kill(job, SIGUSR1); });
+  INFO(second.err);
+  CHECK(second.exit_code == 128 + SIGUSR1);
+  CHECK(second.err.find("resuming from") != std::string::npos);
+  CHECK(second.err.find("stopped by signal " + std::to_string(SIGUSR1)) != std::string::npos);
+  CHECK(last_step() > stopped_at);
+  CHECK(fs::is_regular_file(output / "last/optimizer.bin"));
 }
 
 namespace {

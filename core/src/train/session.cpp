@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -23,6 +24,7 @@
 #include "masque/train/metrics.hpp"
 #include "masque/transformer/model.hpp"
 #include "run/settings.hpp"
+#include "run/stop_signals.hpp"
 #include "tasks/labels.hpp"
 #include "tasks/task.hpp"
 #include "train/settings.hpp"
@@ -34,6 +36,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // ---- signals: SIGINT / SIGTERM end the run after the current step, with a checkpoint -----------
+// So do the other signals whose default would end the process (masque run's stop signals):
+// mpirun passes SIGUSR1 and SIGUSR2 on to every rank, and SIGHUP ends a closed terminal's run.
 
 std::atomic<int> g_signal{0};
 extern "C" void on_stop_signal(int sig) {
@@ -47,18 +51,16 @@ class StopSignals {
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
+    for (std::size_t i = 0; i < kStopSignals.size(); ++i) sigaction(kStopSignals[i], &sa, &old_[i]);
   }
   ~StopSignals() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
+    for (std::size_t i = 0; i < kStopSignals.size(); ++i)
+      sigaction(kStopSignals[i], &old_[i], nullptr);
   }
   static int received() { return g_signal.load(); }
 
  private:
-  struct sigaction old_int_ {
-  }, old_term_{};
+  std::array<struct sigaction, kStopSignals.size()> old_{};
 };
 
 // ---- the model folder a checkpoint is --------------------------------------------------------
@@ -384,8 +386,9 @@ class Session {
 
  private:
   bool leader() const { return !options_.communicator || options_.communicator->rank() == 0; }
-  // Whether any rank was signalled or ran out of time (every rank stops at the same step).
-  bool should_stop(bool out_of_time, int& signal) const;
+  // Whether any rank was signalled or ran out of time (every rank stops at the same step, with
+  // the signal of the first rank signalled: `signalled_rank`).
+  bool should_stop(bool out_of_time, int& signal, int& signalled_rank) const;
   void load_model();
   nlohmann::json model_config() const;  // the model folder's config.json
   DropoutRates dropout_rates() const;   // config.json's, or task.dropout's
@@ -534,14 +537,25 @@ DropoutRates Session::dropout_rates() const {
   }
 }
 
-bool Session::should_stop(bool out_of_time, int& signal) const {
+bool Session::should_stop(bool out_of_time, int& signal, int& signalled_rank) const {
   signal = StopSignals::received();
-  if (!options_.communicator || options_.communicator->size() == 1)
-    return signal != 0 || out_of_time;
-  std::uint64_t flags[2] = {static_cast<std::uint64_t>(signal), out_of_time ? 1u : 0u};
-  options_.communicator->all_reduce_sum(std::span<std::uint64_t>(flags, 2));
-  if (flags[0] != 0 && signal == 0) signal = SIGINT;  // another rank was told to stop
-  return flags[0] != 0 || flags[1] != 0;
+  signalled_rank = 0;
+  dist::Communicator* comm = options_.communicator;
+  if (!comm || comm->size() == 1) return signal != 0 || out_of_time;
+  // Each rank's signal in its own slot: every rank stops with the same one (that of the first
+  // rank signalled), so the message and the exit code are the same on all.
+  const auto ranks = static_cast<std::size_t>(comm->size());
+  std::vector<std::uint64_t> flags(ranks + 1, 0);
+  flags[static_cast<std::size_t>(comm->rank())] = static_cast<std::uint64_t>(signal);
+  flags[ranks] = out_of_time ? 1 : 0;
+  comm->all_reduce_sum(std::span<std::uint64_t>(flags));
+  signal = 0;
+  for (std::size_t r = 0; r < ranks && signal == 0; ++r)
+    if (flags[r] != 0) {
+      signal = static_cast<int>(flags[r]);
+      signalled_rank = static_cast<int>(r);
+    }
+  return signal != 0 || flags[ranks] != 0;
 }
 
 std::vector<Example> Session::load(const fs::path& file, const char* what) const {
@@ -853,13 +867,13 @@ int Session::train_steps() {
   auto window_start = std::chrono::steady_clock::now();
   double tokens_per_s = 0;
   bool out_of_time = false;
-  int stop_signal = 0;
+  int stop_signal = 0, signalled_rank = 0;
   const std::int64_t first_step = trainer_->steps_done();
   while (trainer_->steps_done() < total_) {
     // The budget is checked after each step: a run makes at least one.
     const bool late = settings_.max_minutes > 0 && trainer_->steps_done() > first_step &&
                       seconds_since(start_) > settings_.max_minutes * 60;
-    if (should_stop(late, stop_signal)) {
+    if (should_stop(late, stop_signal, signalled_rank)) {
       out_of_time = stop_signal == 0;
       break;
     }
@@ -899,11 +913,14 @@ int Session::train_steps() {
   const std::int64_t step = trainer_->steps_done();
   if (const int sig = stop_signal) {
     save(step);
+    const std::string whom = options_.communicator && options_.communicator->size() > 1
+                                 ? " (sent to rank " + std::to_string(signalled_rank) + ")"
+                                 : "";
     if (leader())
       std::fprintf(stderr,
-                   "masque train: stopped by signal %d after step %lld; checkpoint %s (continue "
+                   "masque train: stopped by signal %d%s after step %lld; checkpoint %s (continue "
                    "with --resume %s)\n",
-                   sig, static_cast<long long>(step), store_->path_of(step).c_str(),
+                   sig, whom.c_str(), static_cast<long long>(step), store_->path_of(step).c_str(),
                    settings_.output.c_str());
     return 128 + sig;
   }
