@@ -164,14 +164,8 @@ int cmd_run(int argc, char** argv) {
   }
   if (vm.count("shard"))
     return run_one_shard(pipeline, *registry, vm, parse_shard_spec(vm["shard"].as<std::string>()));
-  if (dist::launched_by_mpi() && !dist::mpi_compiled()) {
-    const char* ranks = std::getenv("OMPI_COMM_WORLD_SIZE");
-    if (ranks && std::string(ranks) != "1")
-      throw ConfigError(
-          "this masque was built without MPI, so each of the " + std::string(ranks) +
-          " processes mpirun started would run the whole corpus; rebuild with libopenmpi-dev "
-          "installed (masque --version says whether MPI is compiled in), or use --shard K/N");
-  }
+  // Any launcher's count (srun sets no OMPI_ variable): each process would run it all.
+  dist::check_ranks_supported("run the whole corpus", ", or use --shard K/N");
   if (dist::launched_by_mpi() && dist::mpi_compiled()) return run_sharded(pipeline, *registry, vm);
   return run_single(pipeline, *registry, vm);
 }

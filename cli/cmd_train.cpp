@@ -87,6 +87,7 @@ int cmd_train(int argc, char** argv) {
   if (vm.count("resume")) options.resume = vm["resume"].as<std::string>();
   options.threads = threads;
   options.quiet = vm["quiet"].as<bool>();
+  dist::check_ranks_supported("train the whole run alone, all into the same task.output");
   dist::Communicator& comm = dist::world();
   if (comm.size() == 1) return train::run_training(std::move(pipeline), *registry, options);
   // Several ranks: one that fails must not leave the others waiting in a reduction.

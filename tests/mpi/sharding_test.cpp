@@ -6,6 +6,8 @@
 #include <catch2/catch.hpp>
 #include <random>
 
+#include "masque/dist.hpp"
+#include "masque/error.hpp"
 #include "run/exact_sum.hpp"
 #include "run/shard.hpp"
 #include "test_support.hpp"
@@ -109,4 +111,65 @@ TEST_CASE("exact sum: any order, any split, the same bits", "[shard]") {
   CHECK(s.value() == -1.25);
   s.add(std::numeric_limits<double>::infinity());
   CHECK(std::isinf(ExactSum::decode(s.encode()).value()));
+}
+
+namespace {
+
+// Sets the launcher variables of one test and puts back what was there before.
+class LauncherEnv {
+ public:
+  explicit LauncherEnv(const std::vector<std::pair<const char*, const char*>>& set) {
+    for (const char* name : kNames) {
+      const char* value = std::getenv(name);
+      if (value) saved_.emplace_back(name, value);
+      ::unsetenv(name);
+    }
+    for (const auto& [name, value] : set) ::setenv(name, value, 1);
+  }
+  ~LauncherEnv() {
+    for (const char* name : kNames) ::unsetenv(name);
+    for (const auto& [name, value] : saved_) ::setenv(name.c_str(), value.c_str(), 1);
+  }
+
+ private:
+  static constexpr const char* kNames[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK",
+                                           "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
+  std::vector<std::pair<std::string, std::string>> saved_;
+};
+
+}  // namespace
+
+TEST_CASE("dist: a build without MPI refuses several processes from any launcher", "[shard]") {
+  // mpirun (Open MPI), srun with PMI2 or PMIx, MPICH's mpiexec: each says its count its own way.
+  const std::vector<std::vector<std::pair<const char*, const char*>>> several = {
+      {{"OMPI_COMM_WORLD_SIZE", "2"}},
+      {{"PMI_RANK", "0"}, {"PMI_SIZE", "3"}},
+      {{"PMIX_RANK", "1"}, {"SLURM_STEP_NUM_TASKS", "4"}},
+      {{"PMIX_RANK", "0"}}};  // a launcher that does not say how many
+  for (const auto& env : several) {
+    const LauncherEnv launched(env);
+    INFO(env.front().first << " " << env.back().second);
+    CHECK(dist::launched_by_mpi());
+    CHECK_THROWS_AS(dist::check_ranks_supported("run the whole corpus", "", false), ConfigError);
+    CHECK_THROWS_WITH(
+        dist::check_ranks_supported("run the whole corpus", ", or use --shard K/N", false),
+        Catch::Contains("built without MPI") && Catch::Contains("would run the whole corpus") &&
+            Catch::Contains("or use --shard K/N"));
+    CHECK_NOTHROW(dist::check_ranks_supported("run the whole corpus", "", true));
+  }
+  {
+    const LauncherEnv launched({{"PMI_RANK", "0"}, {"PMI_SIZE", "3"}});
+    CHECK(dist::launched_ranks() == 3);
+    CHECK_THROWS_WITH(dist::check_ranks_supported("x", "", false),
+                      Catch::Contains("each of the 3 processes"));
+  }
+  // One process, launched or not, is fine.
+  for (const auto& env : std::vector<std::vector<std::pair<const char*, const char*>>>{
+           {},
+           {{"OMPI_COMM_WORLD_SIZE", "1"}},
+           {{"PMIX_RANK", "0"}, {"SLURM_STEP_NUM_TASKS", "1"}}}) {
+    const LauncherEnv launched(env);
+    CHECK(dist::launched_ranks() == 1);
+    CHECK_NOTHROW(dist::check_ranks_supported("x", "", false));
+  }
 }

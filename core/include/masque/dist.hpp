@@ -61,9 +61,19 @@ bool mpi_compiled();
 std::string mpi_version();
 // Whether this process was started by an MPI launcher (mpirun, mpiexec, srun with PMI/PMIx).
 bool launched_by_mpi();
+// How many processes the launcher started, as it says (OMPI_COMM_WORLD_SIZE, PMI_SIZE, Slurm's
+// SLURM_STEP_NUM_TASKS); 1 when not launched by one, 0 when the launcher does not say.
+int launched_ranks();
+// ConfigError when a launcher started several processes (or did not say how many) but `compiled`
+// is false: without MPI they cannot be ranks of one job. The message says that each would
+// `alone` ("run the whole corpus"), and ends with `instead` (", or use --shard K/N").
+void check_ranks_supported(const std::string& alone = "do the whole job alone",
+                           const std::string& instead = "", bool compiled = mpi_compiled());
 
 // The job's communicator: MPI's world when compiled in and launched by an MPI launcher
 // (MPI is initialized on the first call), else the single-process one. Finalized at exit.
+// Without MPI compiled in, a launch of several processes is a ConfigError
+// (check_ranks_supported).
 Communicator& world();
 // Ends MPI when world() started it; for a process about to leave through std::_Exit (a
 // normal exit finalizes by itself). Every rank must call it.

@@ -85,6 +85,32 @@ bool launched_by_mpi() {
   return false;
 }
 
+int launched_ranks() {
+  if (!launched_by_mpi()) return 1;
+  // Slurm's count only with its own launch (PMIx or PMI2 under srun): mpirun inside an
+  // allocation sets OMPI_COMM_WORLD_SIZE, read first.
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}) {
+    const char* value = std::getenv(name);
+    if (!value) continue;
+    char* end = nullptr;
+    const long n = std::strtol(value, &end, 10);
+    return end != value && *end == '\0' && n > 0 && n <= 1 << 24 ? static_cast<int>(n) : 0;
+  }
+  return 0;
+}
+
+void check_ranks_supported(const std::string& alone, const std::string& instead, bool compiled) {
+  const int ranks = launched_ranks();
+  if (compiled || ranks == 1) return;
+  const std::string each =
+      ranks > 1 ? "each of the " + std::to_string(ranks) + " processes" : "each of the processes";
+  throw ConfigError("this masque was built without MPI, so " + each +
+                    " the launcher started would " + alone +
+                    "; rebuild with libopenmpi-dev installed (masque --version says whether MPI "
+                    "is compiled in)" +
+                    instead);
+}
+
 void finalize() {
   if (mpi_compiled() && launched_by_mpi()) finalize_mpi();
 }
@@ -92,6 +118,7 @@ void finalize() {
 Communicator& world() {
   static std::unique_ptr<Communicator> world = [] {
     if (mpi_compiled() && launched_by_mpi()) return mpi_world();
+    check_ranks_supported();  // one process of several would act as all of them
     return single_process();
   }();
   return *world;
