@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -32,10 +33,26 @@ using File = std::unique_ptr<std::FILE, FileCloser>;
 std::string input_file(const po::variables_map& vm, const char* why) {
   const std::string in = vm["input"].as<std::string>();
   struct stat st {};
-  if (in == "-" || ::stat(in.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+  if (in != "-" && ::stat(in.c_str(), &st) != 0)  // as a plain run says it
+    throw ConfigError(in + ": cannot open the input file: " + std::strerror(errno));
+  if (in == "-" || !S_ISREG(st.st_mode))
     throw ConfigError(std::string(why) + " needs -i FILE, a regular file (got '" + in +
                       "'): the processes read their shares of it");
   return in;
+}
+
+// OUT must be a file this process can create, checked before any record runs: a directory was
+// found only when the finished output was renamed into place (exit 3, the work lost), and a
+// folder that does not exist was made (OUT.parts/ needs one).
+void check_output_file(const std::string& out) {
+  struct stat st {};
+  if (::stat(out.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw ConfigError(out + ": cannot open the output file: " + std::strerror(EISDIR));
+  const fs::path parent = fs::path(out).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw ConfigError(out + ": cannot open the output file: cannot write in " + dir + ": " +
+                      std::strerror(errno));
 }
 
 int open_input(const std::string& path) {
@@ -262,6 +279,7 @@ int sharded(const Job& job) {
   if (comm.rank() == 0) {
     try {
       check_same_run(identities);
+      check_output_file(out);
       plan_text = make_plan(parts, identity, job.vm["resume"].as<bool>(), comm.size()).dump();
     } catch (const std::exception& e) {
       plan_text = json{{"error", e.what()}}.dump();
@@ -492,6 +510,7 @@ int run_one_shard(const Pipeline& pipeline, const Registry& registry, const po::
   const std::string temp = out == "-" ? "" : out + ".masque-tmp";
   File file;
   if (!temp.empty()) {
+    check_output_file(out);
     file.reset(std::fopen(temp.c_str(), "wb"));
     if (!file) throw ConfigError(temp + ": cannot open the output file: " + std::strerror(errno));
   }
@@ -546,6 +565,7 @@ int run_single(const Pipeline& pipeline, const Registry& registry, const po::var
       throw ConfigError(out + " was written by a different run (its " + key + " differs, see " +
                         parts.path().string() +
                         "/manifest.json): run without --resume to start again");
+  check_output_file(out);
   const KeptOutput kept = old.is_null() ? KeptOutput{} : kept_output(out, options.format);
   const int fd = open_input(in);
   const ShardedInput info = inspect_input(fd, options.input);

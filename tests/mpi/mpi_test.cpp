@@ -347,6 +347,28 @@ TEST_CASE("mpi: --shard and sharded runs reject what they cannot do", "[mpi]") {
   const Outcome o = run(concat(mpirun(2), {"run", pipeline, "-i", (dir / "in.txt").string()}), dir);
   CHECK(o.exit_code != 0);
   CHECK(o.err.find("needs -o FILE") != std::string::npos);
+
+  // A missing input is named as a plain run names it.
+  bad({"-i", (dir / "missing.txt").string(), "--shard", "0/2"},
+      "missing.txt: cannot open the input file: No such file or directory");
+  // An output that is a directory, or in a folder that does not exist, is refused before any
+  // record runs: the finished output's rename failed (exit 3), or the folder was made.
+  fs::create_directories(dir / "folder");
+  const std::string in = (dir / "in.txt").string();
+  const std::string folder = (dir / "folder").string(), nowhere = (dir / "nowhere/out").string();
+  bad({"-i", in, "-o", folder, "--shard", "0/2"}, "cannot open the output file: Is a directory");
+  bad({"-i", in, "-o", nowhere, "--shard", "0/2"}, "cannot write in");
+  bad({"-i", in, "-o", nowhere}, "cannot write in");  // one process writes OUT.parts/ too
+  for (const std::string& out : {folder, nowhere}) {
+    const Outcome m = run(concat(mpirun(2), {"run", pipeline, "-i", in, "-o", out}), dir);
+    INFO(m.err);
+    CHECK(m.exit_code == 2);
+    CHECK(m.err.find("cannot open the output file") != std::string::npos);
+  }
+  CHECK_FALSE(fs::exists(dir / "nowhere"));
+  CHECK_FALSE(fs::exists(dir / "folder.parts"));
+  CHECK_FALSE(fs::exists(dir / "folder.masque-tmp"));
+  CHECK(fs::is_empty(dir / "folder"));
 }
 
 TEST_CASE("mpi: ranks that read different inputs or pipelines stop the run, naming the rank",
