@@ -123,9 +123,17 @@ void check_same_run(const std::vector<std::string>& identities) {
 }
 
 // Rank 0's plan, sent to every rank: the shard count and the shards already done, or an error.
-json make_plan(const PartsDir& parts, const json& identity, bool resume, int ranks) {
+json make_plan(const PartsDir& parts, const std::string& out, const json& identity, bool resume,
+               int ranks) {
   json plan{{"shards", ranks}, {"done", json::array()}, {"note", ""}};
   const json old = resume ? parts.manifest() : json();
+  if (resume && old.is_null() && fs::exists(out)) {
+    // A finished run removed its parts: as one process does, --resume does not run it again.
+    plan["error"] = "nothing to resume: " + out + " has no unfinished run recorded in " +
+                    parts.path().string() +
+                    " (a finished run removes it); run without --resume to write it again";
+    return plan;
+  }
   if (resume && old.is_null()) {
     plan["note"] = "nothing to resume in " + parts.path().string() + "; running from the start";
   } else if (resume) {
@@ -280,7 +288,7 @@ int sharded(const Job& job) {
     try {
       check_same_run(identities);
       check_output_file(out);
-      plan_text = make_plan(parts, identity, job.vm["resume"].as<bool>(), comm.size()).dump();
+      plan_text = make_plan(parts, out, identity, job.vm["resume"].as<bool>(), comm.size()).dump();
     } catch (const std::exception& e) {
       plan_text = json{{"error", e.what()}}.dump();
     }

@@ -328,6 +328,17 @@ TEST_CASE("mpi: --resume skips the shards that finished", "[mpi]") {
   CHECK(resumed.exit_code == 1);  // the empty lines fail, as in the plain run
   CHECK(resumed.err.find("resuming: 1 of 2 shards to run") != std::string::npos);
   CHECK(read_file(out) == read_file(dir / "reference.jsonl"));
+
+  // A finished run has nothing to resume: refused, as one process refuses it, not run again.
+  fs::remove(dir / "reference.jsonl");
+  fs::copy_file(out, dir / "reference.jsonl");
+  const Outcome again = run_within(concat(mpirun(2), concat(args, {"--resume"})), dir, 120);
+  INFO(again.err);
+  CHECK(again.exit_code == 2);
+  CHECK(again.err.find("nothing to resume: " + out.string() + " has no unfinished run") !=
+        std::string::npos);
+  CHECK(read_file(out) == read_file(dir / "reference.jsonl"));
+  CHECK_FALSE(fs::exists(dir / "out.jsonl.parts"));
 }
 
 TEST_CASE("mpi: --shard and sharded runs reject what they cannot do", "[mpi]") {
