@@ -36,7 +36,7 @@ tokenizer from the files present (tokenizer.json, tokenizer.model, vocab.json + 
 vocab.txt, source_vocab.txt + target_vocab.txt; --tokenizer DIR looks in another folder), the
 task's default mask, and the decoder settings of generation_config.json. --dump-config prints
 it as a pipeline file to save and edit; `masque inspect DIR` shows what a folder holds.
-  echo "Once upon a time" | masque run --task lm-score --model models/stories260k
+  echo "Once upon a time" | masque run --task lm-score --model ../shared/models/stories260k
 
 Run settings (batching and input limits) go in the pipeline's `run:` section or --set run.KEY=V;
 `masque tasks` lists them. Older pipelines that set them under `task:` keep working (they are

@@ -25,9 +25,10 @@ links, metrics.jsonl (one JSON object per step and per validation) and pipeline.
 
 Examples:
   scripts/g2p-data.sh && masque train pipelines/train-g2p-unilm.yaml --threads 2
-  masque train pipelines/train-g2p-unilm.yaml --resume ../data/g2p/runs/unilm   # after Ctrl-C
-  masque run pipelines/g2p.yaml < words.txt           # runs ../data/g2p/runs/unilm/best
-  masque train pipelines/train-causal-lm.yaml --set task.steps=200 --set task.lr=3e-4 --threads 2
+  masque train pipelines/train-g2p-unilm.yaml --resume data/g2p/runs/unilm   # after Ctrl-C
+  masque run pipelines/g2p.yaml < words.txt           # runs data/g2p/runs/unilm/best
+  masque train pipelines/train-causal-lm.yaml --set task.train_file=stories.txt \
+      --set task.steps=200 --set task.lr=3e-4 --threads 2
   mpirun -n 2 masque train pipelines/train-g2p-unilm.yaml   # data-parallel (docs/scale-out.md)
 
 Under mpirun (or srun) the ranks train data-parallel: each micro-batch is cut into
