@@ -10,6 +10,8 @@
 // on the calling thread alone.
 #pragma once
 
+#include <functional>
+
 namespace masque {
 
 // Sets the number of intra-op threads used by ops called from this thread (n >= 1).
@@ -28,5 +30,10 @@ class ThreadScope {
  private:
   int previous_;
 };
+
+// Runs two independent jobs of about equal work (a bidirectional RNN's two directions) at the
+// same time, each on one intra-op thread, when the calling thread has two or more; else `first`
+// then `second`. An exception from either is rethrown after both have ended.
+void run_pair(const std::function<void()>& first, const std::function<void()>& second);
 
 }  // namespace masque

@@ -1,5 +1,6 @@
 #include "masque/threading.hpp"
 
+#include <exception>
 #include <string>
 
 #include <omp.h>
@@ -23,6 +24,28 @@ ThreadScope::ThreadScope(int n) : previous_(thread_count()) {
 
 ThreadScope::~ThreadScope() {
   omp_set_num_threads(previous_);
+}
+
+void run_pair(const std::function<void()>& first, const std::function<void()>& second) {
+  if (thread_count() < 2) {
+    first();
+    second();
+    return;
+  }
+  std::exception_ptr failed[2];
+#pragma omp parallel num_threads(2)
+  {
+    // A team of one (nested in a parallel region, or no threads to spare) runs both.
+    const int me = omp_get_thread_num(), team = omp_get_num_threads();
+    ThreadScope one(1);
+    for (int job = me; job < 2; job += team) try {
+        (job == 0 ? first : second)();
+      } catch (...) {
+        failed[job] = std::current_exception();
+      }
+  }
+  for (const auto& e : failed)
+    if (e) std::rethrow_exception(e);
 }
 
 }  // namespace masque

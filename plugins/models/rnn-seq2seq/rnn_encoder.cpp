@@ -6,6 +6,7 @@
 
 #include "masque/error.hpp"
 #include "masque/ops.hpp"
+#include "masque/threading.hpp"
 
 namespace masque::rnn {
 
@@ -103,24 +104,58 @@ EncoderOutput Encoder::encode(const std::vector<std::vector<TokenId>>& rows) con
   return out;
 }
 
+namespace {
+
+// One direction of a layer in a batch: where each packed row's input gates are read and its
+// state written.
+struct Direction {
+  Tensor gates;                    // the product's input gates, in source order
+  std::vector<const float*> rows;  // packed row p's input gates
+  std::vector<float*> out;         // packed row p's state
+
+  // Rows of the first layer's gate `table` (row = token id), or of one product over the layer's
+  // `input` in source order (table null). Packed row p reads source row at[p]: p itself forward,
+  // Packing::reversed[p] backward.
+  void input_gates(const RnnLayer& rnn, const float* table, std::span<const TokenId> ids,
+                   const Tensor& input, std::span<const std::int64_t> at) {
+    const auto total = static_cast<std::int64_t>(at.size());
+    const std::int64_t G = rnn.gate_width();
+    rows.resize(at.size());
+    if (table) {
+      for (std::int64_t p = 0; p < total; ++p) rows[p] = table + std::int64_t{ids[at[p]]} * G;
+      return;
+    }
+    gates.resize({total, G});
+    rnn.input_gates(input.f32(), total, gates.f32());
+    for (std::int64_t p = 0; p < total; ++p) rows[p] = gates.f32() + at[p] * G;
+  }
+};
+
+}  // namespace
+
 // Each layer's input gates for both directions come from one product each over the layer's
 // input in source order (or from the first layer's tables), the backward direction reading its
 // rows reversed; the recurrences write their states straight into the next layer's input, and
-// the top layer's into the memory. No row is copied between layers.
+// the top layer's into the memory. No row is copied between layers. The two directions share
+// only the layer's input, so with two or more intra-op threads they run at the same time (the
+// gates of both are taken before either recurrence overwrites the input).
 void Encoder::run_layers(const Packing& packing, EncoderOutput& out) const {
   const std::int64_t total = packing.total, H = hidden_size(), W = 2 * H;
   const std::int32_t T = out.length;
-  // Scratch kept per thread: fresh buffers of a batch's size cost page faults on every call.
-  thread_local Tensor layer_input, gates_forward, gates_backward;
-  thread_local std::vector<const float*> forward_gates, backward_gates;
-  thread_local std::vector<float*> forward_out, backward_out;
-  forward_gates.resize(static_cast<std::size_t>(total));
-  backward_gates.resize(forward_gates.size());
-  forward_out.resize(forward_gates.size());
-  backward_out.resize(forward_gates.size());
-  // The memory row of each forward packed row.
-  thread_local std::vector<float*> memory_rows;
-  memory_rows.resize(forward_gates.size());
+  // Scratch kept per thread (fresh buffers of a batch's size cost page faults on every call),
+  // named by reference: the directions may run on other threads.
+  thread_local Tensor layer_input_scratch;
+  thread_local Direction forward_scratch, backward_scratch;
+  thread_local std::vector<std::int64_t> in_order_scratch;
+  thread_local std::vector<float*> memory_rows_scratch;
+  Tensor& layer_input = layer_input_scratch;
+  Direction& forward = forward_scratch;
+  Direction& backward = backward_scratch;
+  std::vector<std::int64_t>& in_order = in_order_scratch;
+  std::vector<float*>& memory_rows = memory_rows_scratch;  // of each forward packed row
+  in_order.resize(static_cast<std::size_t>(total));
+  std::iota(in_order.begin(), in_order.end(), std::int64_t{0});
+  memory_rows.resize(static_cast<std::size_t>(total));
   packing.each_step([&](std::int32_t t, std::int32_t s, std::int64_t p, std::int64_t) {
     memory_rows[p] = out.memory.f32() + (std::int64_t{packing.row_of[s]} * T + t) * W;
   });
@@ -128,37 +163,30 @@ void Encoder::run_layers(const Packing& packing, EncoderOutput& out) const {
   if (!tables) embedding(embeddings_, packing.ids, layer_input);
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const EncoderLayer& layer = layers_[l];
-    const std::int64_t G = layer.forward.gate_width();
-    const TokenId* ids = packing.ids.data();
-    if (tables && l == 0) {
-      const float* forward_base = gate_table_forward_.f32();
-      const float* backward_base = gate_table_backward_.f32();
-      for (std::int64_t p = 0; p < total; ++p) {
-        forward_gates[p] = forward_base + std::int64_t{ids[p]} * G;
-        backward_gates[p] = backward_base + std::int64_t{ids[packing.reversed[p]]} * G;
-      }
-    } else {
-      gates_forward.resize({total, G});
-      gates_backward.resize({total, G});
-      layer.forward.input_gates(layer_input.f32(), total, gates_forward.f32());
-      layer.backward.input_gates(layer_input.f32(), total, gates_backward.f32());
-      for (std::int64_t p = 0; p < total; ++p) {
-        forward_gates[p] = gates_forward.f32() + p * G;
-        backward_gates[p] = gates_backward.f32() + packing.reversed[p] * G;
-      }
-    }
+    const bool first_table = tables && l == 0;
+    run_pair(
+        [&] {
+          forward.input_gates(layer.forward, first_table ? gate_table_forward_.f32() : nullptr,
+                              packing.ids, layer_input, in_order);
+        },
+        [&] {
+          backward.input_gates(layer.backward, first_table ? gate_table_backward_.f32() : nullptr,
+                               packing.ids, layer_input, packing.reversed);
+        });
     // The input has been read: the states overwrite it, or go to the memory at the top.
     const bool top = l + 1 == layers_.size();
     if (!top) layer_input.resize({total, W});
     const auto destination = [&](std::int64_t p) {
       return top ? memory_rows[p] : layer_input.f32() + p * W;
     };
+    forward.out.resize(static_cast<std::size_t>(total));
+    backward.out.resize(forward.out.size());
     for (std::int64_t p = 0; p < total; ++p) {
-      forward_out[p] = destination(p);
-      backward_out[p] = destination(packing.reversed[p]) + H;
+      forward.out[p] = destination(p);
+      backward.out[p] = destination(packing.reversed[p]) + H;
     }
-    layer.forward.recur(packing.len, forward_gates, forward_out);
-    layer.backward.recur(packing.len, backward_gates, backward_out);
+    run_pair([&] { layer.forward.recur(packing.len, forward.rows, forward.out); },
+             [&] { layer.backward.recur(packing.len, backward.rows, backward.out); });
   }
 }
 
