@@ -3,7 +3,10 @@
 random-weight model and the same sources, in the same run: encoding and greedy decoding at
 batch 1 and 32, one thread each. Called by run.sh:
 
-    bench.py BENCH_RNN_BINARY WORK_DIR   (environment: STEPS, REPEATS, DTYPES="f32 bf16 int8")
+    bench.py BENCH_RNN_BINARY WORK_DIR   (environment: STEPS, REPEATS, THREADS=1,
+                                           DTYPES="f32 bf16 int8"; writes
+                                           WORK_DIR/results-THREADS.json)
+    bench.py --best RESULTS.json...      each side at its best thread count over the runs
 
 The model is tests/rnn/reference_rnn.py's Seq2Seq at a small-NMT size, saved as an rnn-seq2seq
 folder; PyTorch runs it batched (packed sequences for the encoder, masked attention) in float32,
@@ -28,6 +31,7 @@ import reference_rnn as ref  # noqa: E402
 SOURCES, MIN_LEN, MAX_LEN = 32, 10, 30
 STEPS = int(os.environ.get("STEPS", "20"))
 REPEATS = int(os.environ.get("REPEATS", "3"))
+THREADS = int(os.environ.get("THREADS", "1"))  # each side's threads
 BATCH_SIZES = [1, 32]
 DTYPES = os.environ.get("DTYPES", "f32 bf16 int8").split()  # masque's matmul_dtype, f32 first
 
@@ -126,9 +130,10 @@ def run_masque(binary, folder, work, dtype):
 
 def main():
     binary, work = sys.argv[1], sys.argv[2]
-    torch.set_num_threads(1)
+    torch.set_num_threads(THREADS)
     rng = random.Random(7)
-    print(f"CPU: {cpu_name()}; PyTorch {torch.__version__}, 1 thread; masque 1 thread")
+    print(f"CPU: {cpu_name()}; PyTorch {torch.__version__}, {THREADS} thread(s); "
+          f"masque {THREADS} thread(s)")
     print(f"{SOURCES} sources of {MIN_LEN}-{MAX_LEN} tokens, {STEPS} greedy steps each; "
           f"times are totals over all sources, min of {REPEATS} runs; each dtype column: "
           f"PyTorch and masque (matmul_dtype) in {' and '.join(DTYPES)}; sequences compared "
@@ -136,7 +141,7 @@ def main():
     print(f"{'model':<6} {'batch':>5} {'phase':<7} "
           + " ".join(f"{'torch ' + d + ' ms':>14} {'masque ' + d + ' ms':>15} {'ratio':>7}"
                      for d in DTYPES))
-    worst = {}
+    worst, rows = {}, []
     for cell in ("lstm", "gru"):
         c = bench_config(cell)
         folder = os.path.join(work, cell)
@@ -149,7 +154,7 @@ def main():
                     for _ in range(rng.randint(MIN_LEN, MAX_LEN))] for _ in range(SOURCES)]
         with open(os.path.join(work, "input.json"), "w") as f:
             json.dump({"batch_sizes": BATCH_SIZES, "sources": sources, "steps": STEPS,
-                       "repeats": REPEATS}, f)
+                       "repeats": REPEATS, "threads": THREADS}, f)
         masque = {d: run_masque(binary, folder, work, d) for d in DTYPES}
         dtypes = [d for d in DTYPES if masque[d] is not None]
         peers = {d: Peer(ref.make_model(c, 99), TORCH_DTYPES[d]) for d in dtypes}
@@ -168,6 +173,8 @@ def main():
                         continue
                     ours, peer_ms = masque[d][i][phase + "_ms"], theirs[d][phase]
                     ratio = peer_ms / ours
+                    rows.append({"model": cell, "batch": b, "phase": phase, "dtype": d,
+                                 "threads": THREADS, "torch_ms": peer_ms, "masque_ms": ours})
                     worst[d] = min(worst.get(d, float("inf")), ratio)
                     cells.append(f"{peer_ms:>14.2f} {ours:>15.2f} {ratio:>6.2f}x")
                 print(f"{cell:<6} {b:>5} {phase:<7} " + " ".join(cells))
@@ -176,7 +183,39 @@ def main():
             print(f"{'':<6} {b:>5} greedy sequences identical to PyTorch's: {', '.join(same)}")
     for d, w in worst.items():
         print(f"worst ratio, PyTorch {d} / masque {d}: {w:.2f}x (target >= 2x)")
+    with open(os.path.join(work, f"results-{THREADS}.json"), "w") as f:
+        json.dump(rows, f)
+
+
+def best_of(files):
+    """Each side at its best thread count: per cell, the fastest run of each side."""
+    cells = {}
+    for name in files:
+        with open(name) as f:
+            for r in json.load(f):
+                key = (r["model"], r["batch"], r["phase"], r["dtype"])
+                best = cells.setdefault(key, {"torch": (float("inf"), 0),
+                                              "masque": (float("inf"), 0)})
+                for side in ("torch", "masque"):
+                    best[side] = min(best[side], (r[side + "_ms"], r["threads"]))
+    dtypes = list(dict.fromkeys(k[3] for k in cells))
+    print("each side at its best thread count (ms, threads in brackets)")
+    print(f"{'model':<6} {'batch':>5} {'phase':<7} "
+          + " ".join(f"{'torch ' + d:>14} {'masque ' + d:>15} {'ratio':>7}" for d in dtypes))
+    worst = {}
+    for key in dict.fromkeys(k[:3] for k in cells):
+        out = []
+        for d in dtypes:
+            (t, tn), (m, mn) = cells[key + (d,)]["torch"], cells[key + (d,)]["masque"]
+            worst[d] = min(worst.get(d, float("inf")), t / m)
+            out.append(f"{t:>10.2f} ({tn}) {m:>11.2f} ({mn}) {t / m:>6.2f}x")
+        print(f"{key[0]:<6} {key[1]:>5} {key[2]:<7} " + " ".join(out))
+    for d, w in worst.items():
+        print(f"worst ratio, PyTorch {d} / masque {d}, each at its best: {w:.2f}x (target >= 2x)")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "--best":
+        best_of(sys.argv[2:])
+    else:
+        main()

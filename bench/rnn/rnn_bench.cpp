@@ -96,9 +96,9 @@ int main(int argc, char** argv) {
     std::cerr << "usage: bench_rnn MODEL_DIR INPUT_JSON [MATMUL_DTYPE]\n";
     return 2;
   }
-  masque::set_thread_count(1);
   std::ifstream in(argv[2]);
   const auto input = nlohmann::json::parse(in);
+  masque::set_thread_count(input.value("threads", 1));
   const auto sources = input["sources"].get<std::vector<std::vector<TokenId>>>();
   const int steps = input["steps"].get<int>(), repeats = input["repeats"].get<int>();
 
