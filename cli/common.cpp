@@ -247,6 +247,7 @@ int finish_run(const RunStats& stats) {
 
 int run_pipeline(const Pipeline& pipeline, const Registry& registry, const po::variables_map& vm) {
   RunOptions options = run_options_from(vm, pipeline.run_params);
+  check_task_run(pipeline, {.files = options.files});  // before the output file is made
   Streams streams;
   open_streams(vm, streams);
   options.input_size = streams.input_size;

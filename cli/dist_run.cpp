@@ -288,6 +288,7 @@ int sharded(const Job& job) {
     try {
       check_same_run(identities);
       check_output_file(out);
+      check_task_run(job.pipeline, {.shards = comm.size(), .files = options.files});
       plan_text = make_plan(parts, out, identity, job.vm["resume"].as<bool>(), comm.size()).dump();
     } catch (const std::exception& e) {
       plan_text = json{{"error", e.what()}}.dump();
@@ -511,6 +512,7 @@ int run_one_shard(const Pipeline& pipeline, const Registry& registry, const po::
   RunOptions options = run_options_from(vm, pipeline.run_params);
   const std::string in = input_file(vm, "masque run --shard");
   const std::string out = vm["output"].as<std::string>();
+  check_task_run(pipeline, {.shards = shard.count, .files = options.files});
   const int fd = open_input(in);
   const ShardedInput info = inspect_input(fd, options.input);
   ::close(fd);
@@ -579,6 +581,7 @@ int run_single(const Pipeline& pipeline, const Registry& registry, const po::var
   const ShardedInput info = inspect_input(fd, options.input);
   const ShardRange range{record_begin(fd, info, kept.next_record), info.size, kept.next_record};
   ::close(fd);
+  check_task_run(pipeline, {.first_record = kept.next_record, .files = options.files});
   Plugins plugins = create_plugins(pipeline, registry);  // configuration errors before any file
   if (old.is_null()) parts.create(json{{"shards", 1}, {"direct", true}, {"run", identity}});
   if (resume && !options.quiet)

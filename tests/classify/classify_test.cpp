@@ -375,6 +375,10 @@ TEST_CASE("embed: task.npy holds every row with -o and after --resume, and is ne
   const auto shard = run("shard", {"-o", (dir / "shard.jsonl").string(), "--shard", "1/2"});
   CHECK(shard.exit_code == 2);
   CHECK_THAT(shard.err, Catch::Contains("this run is split over 2 (--shard or mpirun)"));
+  // Refused before the run makes any file.
+  for (const char* left :
+       {"in.npy", "out.npy", "out.npy.parts", "shard.npy", "shard.jsonl", "shard.jsonl.masque-tmp"})
+    CHECK_FALSE(std::filesystem::exists(dir / left));
 }
 
 TEST_CASE(

@@ -20,6 +20,29 @@ struct EmbedInput {
   SequenceSpec spec;
 };
 
+// task.npy is written by one process, and never over one of the run's own files.
+void check_npy(const std::string& path, const RunScope& scope) {
+  if (scope.shards > 1)
+    throw ConfigError("task.npy: one process writes the .npy, and this run is split over " +
+                      std::to_string(scope.shards) +
+                      " (--shard or mpirun): run it whole, or leave task.npy out and read the "
+                      "vectors from the JSON lines");
+  namespace fs = std::filesystem;
+  for (const auto& [option, file] : scope.files) {
+    std::error_code ec;
+    // One file: the same inode (through links too), or, before the run makes them, one path.
+    const bool same = file != "-" && (fs::equivalent(path, file, ec) ||
+                                      fs::weakly_canonical(fs::absolute(path, ec), ec) ==
+                                          fs::weakly_canonical(fs::absolute(file, ec), ec));
+    if (same) throw ConfigError("task.npy " + path + ": is the run's " + option + " file");
+  }
+}
+
+void check_run(const Pipeline& pipeline, const RunScope& scope) {
+  if (const std::string path = pipeline.task_params.get_string("npy"); !path.empty())
+    check_npy(path, scope);
+}
+
 class EmbedTask final : public Task {
  public:
   EmbedTask(const Pipeline& pipeline, const Plugins& plugins)
@@ -33,16 +56,7 @@ class EmbedTask final : public Task {
   void begin_run(const RunScope& scope) const override {
     const std::string path = params_.get_string("npy");
     if (path.empty()) return;
-    if (scope.shards > 1)
-      throw ConfigError("task.npy: one process writes the .npy, and this run is split over " +
-                        std::to_string(scope.shards) +
-                        " (--shard or mpirun): run it whole, or leave task.npy out and read the "
-                        "vectors from the JSON lines");
-    for (const auto& [option, file] : scope.files) {
-      std::error_code ec;
-      if (file != "-" && std::filesystem::equivalent(path, file, ec))
-        throw ConfigError("task.npy " + path + ": is the run's " + option + " file");
-    }
+    check_npy(path, scope);
     npy_.emplace(path, static_cast<std::size_t>(model_.info().hidden_size), scope.first_record);
   }
 
@@ -152,6 +166,7 @@ const TaskRegistration registration({
          .model_kinds = {ModelKind::decoder_only, ModelKind::encoder_only},
          .held_masks = {"bidirectional", "causal"}},
     .create = create,
+    .check_run = check_run,
 });
 
 }  // namespace

@@ -80,6 +80,11 @@ std::unique_ptr<Task> create_task(const Pipeline& pipeline, const Plugins& plugi
   return entry->create(pipeline, plugins);
 }
 
+void check_task_run(const Pipeline& pipeline, const RunScope& scope) {
+  const TaskEntry* entry = find_task(pipeline.task);
+  if (entry && entry->check_run) entry->check_run(pipeline, scope);
+}
+
 template <class T>
 std::unique_ptr<T> create_as(const Pipeline& pipeline, const Registry& registry,
                              const char* section) {

@@ -85,12 +85,17 @@ class Task {
 struct TaskEntry {
   TaskSpec spec;
   std::unique_ptr<Task> (*create)(const Pipeline& pipeline, const Plugins& plugins);
+  // What begin_run would refuse that the pipeline alone shows (ConfigError), checked before a
+  // run makes any file or loads a model; null: nothing.
+  void (*check_run)(const Pipeline& pipeline, const RunScope& scope) = nullptr;
 };
 
 // Every task masque knows, with its parameters (the common run parameters included).
 const std::vector<TaskEntry>& task_catalog();
 std::vector<TaskSpec> task_specs();
 std::unique_ptr<Task> create_task(const Pipeline& pipeline, const Plugins& plugins);
+// The pipeline's task's check_run, if it has one.
+void check_task_run(const Pipeline& pipeline, const RunScope& scope);
 
 // Parameters every task has (the record length limit), appended to each TaskSpec. Batching and
 // input limits are run settings (run/settings.hpp).
