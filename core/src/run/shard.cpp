@@ -37,6 +37,7 @@ std::uint64_t file_size(int fd) {
 }  // namespace
 
 ShardSpec parse_shard_spec(const std::string& text) {
+  constexpr int kMaxShards = 1000000;
   ShardSpec spec;
   const auto slash = text.find('/');
   const char* begin = text.data();
@@ -47,10 +48,11 @@ ShardSpec parse_shard_spec(const std::string& text) {
   };
   const bool ok = slash != std::string::npos && whole(begin, begin + slash, spec.index) &&
                   whole(begin + slash + 1, end, spec.count) && spec.count >= 1 &&
-                  spec.count <= 1000000 && spec.index >= 0 && spec.index < spec.count;
+                  spec.count <= kMaxShards && spec.index >= 0 && spec.index < spec.count;
   if (!ok)
-    throw ConfigError("--shard: expected K/N with 0 <= K < N (e.g. 0/4 for the first of 4), got '" +
-                      text + "'");
+    throw ConfigError(
+        "--shard: expected K/N with 0 <= K < N <= 1000000 (e.g. 0/4 for the first of 4), got '" +
+        text + "'");
   return spec;
 }
 
