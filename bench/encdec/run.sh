@@ -43,6 +43,7 @@ torch_blas="system libblas.so.3 -> $(readlink -f /usr/lib/x86_64-linux-gnu/libbl
 if openblas=$("$root/bench/fetch-openblas.sh" --find "$build"); then
   torch_env+=("LD_LIBRARY_PATH=$openblas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
   torch_blas="OpenBLAS from $openblas"
+  if coretype=$("$root/bench/fetch-openblas.sh" --coretype "$openblas"); then export OPENBLAS_CORETYPE=$coretype; fi
 fi
 
 if [ ! -f "$build/build.ninja" ]; then
@@ -162,7 +163,7 @@ cpu_flags() {
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')," \
   "$(nproc) vCPU ($(cpu_flags)); load average before $load_before, after $load_after"
 echo "input: $input ($lines lines; PyTorch: $torch_count)"
-echo "masque: $masque (threads: $threads); PyTorch $("$python" -c 'import torch; print(torch.__version__)') (1 thread; BLAS: $torch_blas)"
+echo "masque: $masque (threads: $threads); PyTorch $("$python" -c 'import torch; print(torch.__version__)') (1 thread; BLAS: $torch_blas${OPENBLAS_CORETYPE:+, OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE})"
 echo
 [ -z "$ct2" ] || echo "CTranslate2 peer: $ct2 --model $CT2_MODEL (measured in this run)"
 awk -v runs="$runs" -v threads="$threads" -f "$here/report.awk" "$work/timings"

@@ -31,6 +31,7 @@ script=$root/bench/g2p/reference_g2p.py
 [ -f "$data/train.tsv" ] && [ -f "$data/valid.tsv" ] && [ -f "$data/tokenizer/tokenizer.json" ] ||
   { echo "run.sh: no G2P data in $data (scripts/g2p-data.sh)" >&2; exit 2; }
 openblas=$("$root/bench/fetch-openblas.sh" --find "$build" || "$root/bench/fetch-openblas.sh" "$build")
+if coretype=$("$root/bench/fetch-openblas.sh" --coretype "$openblas"); then export OPENBLAS_CORETYPE=$coretype; fi
 
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }

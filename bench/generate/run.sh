@@ -17,6 +17,7 @@ if [ -z "${NO_TORCH:-}" ]; then
     { echo "run.sh: /usr/bin/python3 lacks torch (apt install python3-torch)" >&2; exit 2; }
   if openblas=${OPENBLAS_DIR:-$("$root/bench/fetch-openblas.sh" --find "$build")}; then
     set -- --openblas "$openblas"
+    if coretype=$("$root/bench/fetch-openblas.sh" --coretype "$openblas"); then export OPENBLAS_CORETYPE=$coretype; fi
   else
     echo "run.sh: no OpenBLAS: PyTorch runs on the system BLAS" >&2
   fi

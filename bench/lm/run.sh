@@ -24,6 +24,7 @@ build=${1:-$root/build-bench}
 
 if openblas=$("$root/bench/fetch-openblas.sh" --find "$build"); then
   set -- --openblas "$openblas"
+  if coretype=$("$root/bench/fetch-openblas.sh" --coretype "$openblas"); then export OPENBLAS_CORETYPE=$coretype; fi
 else
   echo "run.sh: no OpenBLAS (bench/fetch-openblas.sh $build): PyTorch runs on the system BLAS" >&2
   set --

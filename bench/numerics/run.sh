@@ -20,6 +20,7 @@ rounds=${ROUNDS:-3}
 repeats=${REPEATS:-7}
 threads_list=${THREADS:-1 2}
 openblas=$("$root/bench/fetch-openblas.sh" --find "$build" || true)
+if coretype=$("$root/bench/fetch-openblas.sh" --coretype "$openblas"); then export OPENBLAS_CORETYPE=$coretype; fi
 [ -x "$bench" ] || { echo "run.sh: $bench not found (build the bench_numerics target)" >&2; exit 2; }
 "$python" -c 'import torch' 2>/dev/null || { echo "run.sh: $python has no torch (python3-torch)" >&2; exit 2; }
 

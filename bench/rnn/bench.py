@@ -3,7 +3,7 @@
 random-weight model and the same sources, in the same run: encoding and greedy decoding at
 batch 1 and 32, one thread each. Called by run.sh:
 
-    bench.py BENCH_RNN_BINARY WORK_DIR   (environment: STEPS, REPEATS, THREADS=1,
+    bench.py BENCH_RNN_BINARY WORK_DIR   (environment: STEPS, REPEATS, ROUNDS=1, THREADS=1,
                                            DTYPES="f32 bf16 int8"; writes
                                            WORK_DIR/results-THREADS.json)
     bench.py --best RESULTS.json...      each side at its best thread count over the runs
@@ -16,6 +16,7 @@ nn.LSTM / nn.GRU / nn.Linear to qint8: int8 weights, activations quantized per c
 """
 import json
 import os
+import statistics
 import platform
 import random
 import subprocess
@@ -31,6 +32,9 @@ import reference_rnn as ref  # noqa: E402
 SOURCES, MIN_LEN, MAX_LEN = 32, 10, 30
 STEPS = int(os.environ.get("STEPS", "20"))
 REPEATS = int(os.environ.get("REPEATS", "3"))
+# Rounds of both sides, alternating which goes first; a cell's ratio is the median of its
+# rounds' ratios (each round's two sides saw the same machine), its times the medians.
+ROUNDS = int(os.environ.get("ROUNDS", "1"))
 THREADS = int(os.environ.get("THREADS", "1"))  # each side's threads
 BATCH_SIZES = [1, 32]
 DTYPES = os.environ.get("DTYPES", "f32 bf16 int8").split()  # masque's matmul_dtype, f32 first
@@ -128,14 +132,26 @@ def run_masque(binary, folder, work, dtype):
     return json.loads(done.stdout)["results"]
 
 
+def torch_times(peers, sources, start):
+    """{(dtype, batch index): (encode_ms, decode_ms, tokens)}: the min of REPEATS runs."""
+    out = {}
+    for i, b in enumerate(BATCH_SIZES):
+        for d, peer in peers.items():
+            runs = [torch_run(peer, sources, b, start) for _ in range(REPEATS)]
+            out[d, i] = (min(r[0] for r in runs), min(r[1] for r in runs), runs[0][2])
+    return out
+
+
 def main():
     binary, work = sys.argv[1], sys.argv[2]
     torch.set_num_threads(THREADS)
     rng = random.Random(7)
     print(f"CPU: {cpu_name()}; PyTorch {torch.__version__}, {THREADS} thread(s); "
           f"masque {THREADS} thread(s)")
+    rounds = (f"medians of {ROUNDS} rounds (each the min of {REPEATS} runs; ratio: the median "
+              f"of the rounds' ratios)" if ROUNDS > 1 else f"min of {REPEATS} runs")
     print(f"{SOURCES} sources of {MIN_LEN}-{MAX_LEN} tokens, {STEPS} greedy steps each; "
-          f"times are totals over all sources, min of {REPEATS} runs; each dtype column: "
+          f"times are totals over all sources, {rounds}; each dtype column: "
           f"PyTorch and masque (matmul_dtype) in {' and '.join(DTYPES)}; sequences compared "
           f"with PyTorch float32's")
     print(f"{'model':<6} {'batch':>5} {'phase':<7} "
@@ -158,26 +174,32 @@ def main():
         masque = {d: run_masque(binary, folder, work, d) for d in DTYPES}
         dtypes = [d for d in DTYPES if masque[d] is not None]
         peers = {d: Peer(ref.make_model(c, 99), TORCH_DTYPES[d]) for d in dtypes}
+        ours_by_round, theirs_by_round = [masque], []
+        for r in range(ROUNDS):
+            if r % 2 == 1:  # torch first in odd rounds
+                theirs_by_round.append(torch_times(peers, sources, c["decoder_start_token_id"]))
+            if r > 0:
+                ours_by_round.append({d: run_masque(binary, folder, work, d) for d in dtypes})
+            if r % 2 == 0:
+                theirs_by_round.append(torch_times(peers, sources, c["decoder_start_token_id"]))
         for i, b in enumerate(BATCH_SIZES):
-            theirs, reference = {}, None
-            for d in dtypes:
-                runs = [torch_run(peers[d], sources, b, c["decoder_start_token_id"])
-                        for _ in range(REPEATS)]
-                theirs[d] = {"encode": min(r[0] for r in runs), "decode": min(r[1] for r in runs)}
-                reference = reference or runs[0][2]  # float32's, the first dtype
-            for phase in ("encode", "decode"):
+            for p, phase in enumerate(("encode", "decode")):
                 cells = []
                 for d in DTYPES:
                     if masque[d] is None:
                         cells.append(f"{'-':>14} {'-':>15} {'-':>7}")
                         continue
-                    ours, peer_ms = masque[d][i][phase + "_ms"], theirs[d][phase]
-                    ratio = peer_ms / ours
+                    ours = [o[d][i][phase + "_ms"] for o in ours_by_round]
+                    peer = [t[d, i][p] for t in theirs_by_round]
+                    ratio = statistics.median(t / o for t, o in zip(peer, ours))
+                    ours_ms, peer_ms = statistics.median(ours), statistics.median(peer)
                     rows.append({"model": cell, "batch": b, "phase": phase, "dtype": d,
-                                 "threads": THREADS, "torch_ms": peer_ms, "masque_ms": ours})
+                                 "threads": THREADS, "torch_ms": peer_ms, "masque_ms": ours_ms,
+                                 "ratio": ratio, "rounds": ROUNDS})
                     worst[d] = min(worst.get(d, float("inf")), ratio)
-                    cells.append(f"{peer_ms:>14.2f} {ours:>15.2f} {ratio:>6.2f}x")
+                    cells.append(f"{peer_ms:>14.2f} {ours_ms:>15.2f} {ratio:>6.2f}x")
                 print(f"{cell:<6} {b:>5} {phase:<7} " + " ".join(cells))
+            reference = theirs_by_round[0][dtypes[0], i][2]  # float32's, the first dtype
             same = [f"{d} {sum(x == y for x, y in zip(masque[d][i]['tokens'], reference))}"
                     f"/{len(sources)}" for d in dtypes]
             print(f"{'':<6} {b:>5} greedy sequences identical to PyTorch's: {', '.join(same)}")

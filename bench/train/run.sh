@@ -24,6 +24,7 @@ torch_env=""
 if [ "${TORCH_BLAS:-openblas}" = openblas ]; then
   openblas=$("$root/bench/fetch-openblas.sh" --find "$build" || "$root/bench/fetch-openblas.sh" "$build")
   torch_env="LD_LIBRARY_PATH=$openblas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if coretype=$("$root/bench/fetch-openblas.sh" --coretype "$openblas"); then export OPENBLAS_CORETYPE=$coretype; fi
 fi
 out="$build/bench/train"
 mkdir -p "$out"
