@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # int8 against f32 (and bf16) on every model int8 must not slow down (issue 23): the models of
 # ../shared and the benchmarks' (bench/encdec's aren work, bench/lm's GPT-2-small scoring),
-# masque alone, one worker thread, the three matmul types interleaved in each round so that they
-# see the same machine load. Prints a markdown table of medians and whether int8 <= f32 in every
+# masque alone, one worker thread, the three matmul types interleaved in each round (each round
+# starting one type later) so that they see the same machine load. Prints a markdown table of medians and whether int8 <= f32 in every
 # cell (exit 1 when not).
 #
 #   bench/int8/run.sh [BUILD_DIR] [CASE...]   (default: build; cases: all of them, see below)
@@ -76,9 +76,13 @@ timings=$scratch/timings
 run_case() {  # name input args...: every round runs every dtype
   local name=$1 input=$2
   shift 2
-  local round dtype begin end
+  local round dtype begin end order
+  local -a all=($dtypes)
   for ((round = 1; round <= rounds; round++)); do
-    for dtype in $dtypes; do
+    # Each round starts one dtype later (f32 int8 bf16, int8 bf16 f32, ...): a fixed order put
+    # the same dtype after the same neighbour every round.
+    order=("${all[@]:$(((round - 1) % ${#all[@]}))}" "${all[@]:0:$(((round - 1) % ${#all[@]}))}")
+    for dtype in "${order[@]}"; do
       begin=$EPOCHREALTIME
       /usr/bin/time -f '%U %S' -o "$scratch/cpu" "$masque" run "$@" \
         --set model.matmul_dtype="$dtype" -i "$input" -o "$scratch/out.$dtype" --threads 1 -q \
