@@ -29,8 +29,9 @@ const std::vector<ParamSpec>& run_param_specs() {
            "continuous keeps up to max_batch_size rows decoding (a record's beams are rows) and "
            "starts the next records as rows finish (started max_batch_size records at a time "
            "within max_batch_tokens); static decodes each batch until its longest record "
-           "ends. Same outputs either way, about the same speed on CPU (bench/generate); "
-           "other tasks batch statically",
+           "ends. Same outputs either way; continuous is faster where a step is memory-bound "
+           "(a large model at a few rows: GPT-2-small at 8 rows 1.5x), about as fast elsewhere "
+           "(bench/generate); other tasks batch statically",
        .choices = "continuous|static"},
       {.name = "invalid_utf8",
        .type = ParamType::string,
