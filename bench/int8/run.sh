@@ -2,8 +2,8 @@
 # int8 against f32 (and bf16) on every model int8 must not slow down (issue 23): the models of
 # ../shared and the benchmarks' (bench/encdec's aren work, bench/lm's GPT-2-small scoring),
 # masque alone, one worker thread, the three matmul types interleaved in each round (each round
-# starting one type later) so that they see the same machine load. Prints a markdown table of medians and whether int8 <= f32 in every
-# cell (exit 1 when not).
+# starting one type later) so that they see the same machine load. Prints a markdown table of
+# medians and whether int8 <= f32 in every cell (exit 1 when not).
 #
 #   bench/int8/run.sh [BUILD_DIR] [CASE...]   (default: build; cases: all of them, see below)
 #   environment: ROUNDS=3, DTYPES="f32 int8 bf16", SCRATCH=BUILD_DIR/bench/int8 (inputs, the

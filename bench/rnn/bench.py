@@ -16,9 +16,9 @@ nn.LSTM / nn.GRU / nn.Linear to qint8: int8 weights, activations quantized per c
 """
 import json
 import os
-import statistics
 import platform
 import random
+import statistics
 import subprocess
 import sys
 import time

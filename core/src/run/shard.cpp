@@ -50,9 +50,8 @@ ShardSpec parse_shard_spec(const std::string& text) {
                   whole(begin + slash + 1, end, spec.count) && spec.count >= 1 &&
                   spec.count <= kMaxShards && spec.index >= 0 && spec.index < spec.count;
   if (!ok)
-    throw ConfigError(
-        "--shard: expected K/N with 0 <= K < N <= 1000000 (e.g. 0/4 for the first of 4), got '" +
-        text + "'");
+    throw ConfigError("--shard: expected K/N with 0 <= K < N <= " + std::to_string(kMaxShards) +
+                      " (e.g. 0/4 for the first of 4), got '" + text + "'");
   return spec;
 }
 
