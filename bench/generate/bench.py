@@ -25,6 +25,11 @@ last. The machine is shared, so the ratios use CPU seconds (masque: the child pr
 system time, model load included; PyTorch: process time of its timed loop); wall-clock rates
 (--summary seconds, the timed loop) are kept beside them. masque's two outputs must be
 byte-identical (the table says so).
+
+Rows per step (the summary's decoding_steps and decoded_rows) show how full each mode kept its
+batches, and bound the gain: if a step never costs less with fewer rows and a row never costs
+more in a fuller step, continuous batching cannot beat static batching by more than
+max rows / static's rows per step (its steps could at best be full), whatever the code.
 """
 import argparse
 import json
@@ -172,8 +177,10 @@ def run_masque(args, w, batching):
             generated += len(json.loads(line)["tokens"])
     with open(out, "rb") as f:
         text = f.read()
+    task = s.get("task") or {}
     return {"seconds": s["seconds"], "cpu_seconds": cpu, "records": s["records"],
-            "generated": generated, "command": " ".join(cmd)}, text
+            "generated": generated, "steps": task.get("decoding_steps"),
+            "rows": task.get("decoded_rows"), "command": " ".join(cmd)}, text
 
 
 def prompt_ids(args, w):
@@ -244,7 +251,8 @@ def main():
             runs["static"].append(stat)
             same = same and cont_text == stat_text
         r = {"continuous": median_run(runs["continuous"]), "static": median_run(runs["static"]),
-             "rounds": runs, "same_output": same, "load": os.getloadavg()[0]}
+             "rounds": runs, "same_output": same, "load": os.getloadavg()[0],
+             "rows_per_record": w.get("rows_per_record", 1)}
         results["workloads"][name] = [r]
         print(json.dumps({name: r}), file=sys.stderr, flush=True)
         save(args, results)
@@ -269,6 +277,20 @@ def save(args, results):
         json.dump(results, f, indent=1)
 
 
+def rows_per_step(run):
+    return run["rows"] / run["steps"] if run.get("steps") else None
+
+
+def fullness(results, r):
+    """Rows per decoding step in each mode, and the most continuous batching could gain over
+    static batching: max rows / static's rows per step (bench.py's docstring)."""
+    cont, stat = rows_per_step(r["continuous"]), rows_per_step(r["static"])
+    if cont is None or stat is None:
+        return "–"
+    rows = results["batch"] * r.get("rows_per_record", 1)
+    return f"{cont:.1f}; {stat:.1f} (≤ {rows / stat:.2f}×)"
+
+
 def report(results):
     rounds = max(len(r[0].get("rounds", {}).get("static", [1]))
                  for r in results["workloads"].values())
@@ -278,8 +300,9 @@ def report(results):
           f"--threads {results['threads']}, median of "
           f"{rounds} round(s). Records per CPU-second (wall-clock records/s in brackets).\n")
     print("| model | records | masque continuous | masque static | continuous / static | "
+          "rows per step: continuous; static (bound) | "
           "PyTorch static | continuous / PyTorch | same output | tokens masque / PyTorch |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |")
     for name, rounds in results["workloads"].items():
         r = rounds[0]
 
@@ -293,7 +316,7 @@ def report(results):
         tok = f"{r['continuous']['generated']} / " + (
             f"{r['torch']['generated']} ({r['torch']['records']} records)" if t else "–")
         print(f"| {name} | {r['continuous']['records']} | {c:.1f} ({cw:.1f}) | {s:.1f} ({sw:.1f}) "
-              f"| **{c / s:.2f}×** | {torch_cells} | {same} | {tok} |")
+              f"| **{c / s:.2f}×** | {fullness(results, r)} | {torch_cells} | {same} | {tok} |")
 
 
 if __name__ == "__main__":

@@ -170,3 +170,34 @@ TEST_CASE("continuous batching: the run parameter is documented and checked",
   CHECK(bad.exit_code != 0);
   CHECK(bad.err.find("batching") != std::string::npos);
 }
+
+TEST_CASE("continuous batching: the summary counts decoding steps and the rows they advanced",
+          "[e2e][lm][continuous]") {
+  // Greedy to the end of the sentence: outputs of 1 to 48 tokens, so static batches run
+  // partly empty near their end and continuous batching refills them.
+  auto dir = scratch_dir("e2e_continuous_steps");
+  const std::string pipeline = (source_dir() / "pipelines" / "lm-generate.yaml").string();
+  auto summary = [&](const std::string& batching, const std::string& rows) {
+    const fs::path file = dir / ("summary_" + batching + rows + ".json");
+    auto r = run_masque({"run", pipeline, "-q", "--set", "decoder.end_tokens=[1,2,426]", "--set",
+                         "decoder.max_new_tokens=48", "--set", "run.batching=" + batching, "--set",
+                         "run.max_batch_size=" + rows, "--summary", file.string()},
+                        mixed_prompts(40));
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    return json::parse(read_file(file))["task"];
+  };
+  const json alone = summary("static", "1");
+  const json fixed = summary("static", "8");
+  const json refilled = summary("continuous", "8");
+  // One row at a time: a step per decoded token.
+  CHECK(alone["decoding_steps"] == alone["decoded_rows"]);
+  CHECK(alone["rows_per_step"] == 1.0);
+  // The same tokens are decoded whatever the batching; only the steps they share differ.
+  CHECK(fixed["decoded_rows"] == alone["decoded_rows"]);
+  CHECK(refilled["decoded_rows"] == alone["decoded_rows"]);
+  CHECK(fixed["decoding_steps"].get<int>() < alone["decoding_steps"].get<int>());
+  CHECK(refilled["decoding_steps"].get<int>() < fixed["decoding_steps"].get<int>());
+  CHECK(refilled["rows_per_step"].get<double>() > fixed["rows_per_step"].get<double>());
+  CHECK(refilled["rows_per_step"].get<double>() <= 8.0);
+}

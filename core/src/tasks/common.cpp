@@ -250,6 +250,7 @@ void ModelStepper::step(std::span<const TokenId> tokens) {
   }
   input.record_attention = record_;
   model_.step(*state_, input, logits_);
+  if (tally_) tally_->add(tokens.size());
   if (record_) attention_ = record_->probs->clone();
 }
 
@@ -386,6 +387,23 @@ ContinuousLimits continuous_limits(const Params& run, const Decoder& decoder) {
   return limits;
 }
 
+nlohmann::ordered_json StepTally::summary() const {
+  nlohmann::ordered_json j = state();
+  const auto steps = j["decoding_steps"].get<std::uint64_t>();
+  j["rows_per_step"] =
+      steps ? static_cast<double>(j["decoded_rows"].get<std::uint64_t>()) / steps : 0.0;
+  return j;
+}
+
+nlohmann::ordered_json StepTally::state() const {
+  return {{"decoding_steps", steps_.load()}, {"decoded_rows", rows_.load()}};
+}
+
+void StepTally::merge(const nlohmann::ordered_json& state) {
+  steps_ += state.value("decoding_steps", std::uint64_t{0});
+  rows_ += state.value("decoded_rows", std::uint64_t{0});
+}
+
 AdmittedRecords ModelStepper::release() && {
   AdmittedRecords out;
   out.state = std::move(state_);
@@ -400,6 +418,7 @@ std::unique_ptr<Stepper> ModelStepper::fork() const {
       -1, step_token_type_, record_, attention_.empty() ? Tensor() : attention_.clone());
   copy->row_records_ = row_records_;
   copy->forked_ = true;  // a search's private branch: its tokens are not the output's
+  copy->tally_ = tally_;
   return copy;
 }
 

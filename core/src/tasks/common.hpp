@@ -2,6 +2,7 @@
 // and a Stepper that drives a model for the decoder plugins.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -147,6 +148,25 @@ std::vector<DecodeResult> decode_continuously(const Decoder& decoder, ModelStepp
                                               const ContinuousLimits& limits,
                                               AdmissionQueue::Start start);
 
+// How full a task's decoding batches were: the model steps and the rows they advanced (a
+// generating task's summary). Rows per step well below max_batch_size mean batches that ran
+// mostly empty; continuous batching keeps them nearer full.
+class StepTally {
+ public:
+  void add(std::size_t rows) {
+    steps_.fetch_add(1, std::memory_order_relaxed);
+    rows_.fetch_add(rows, std::memory_order_relaxed);
+  }
+  // {"decoding_steps", "decoded_rows", "rows_per_step"}
+  nlohmann::ordered_json summary() const;
+  // The additive part of summary(), and its merge (Task::summary_state).
+  nlohmann::ordered_json state() const;
+  void merge(const nlohmann::ordered_json& state);
+
+ private:
+  std::atomic<std::uint64_t> steps_{0}, rows_{0};
+};
+
 class ModelStepper final : public Stepper {
  public:
   // `state` comes from model.start(); `logits` holds the logits of each row's last prompt token
@@ -180,6 +200,8 @@ class ModelStepper final : public Stepper {
   // none). The stepper may then start with no record and no state (null). Not with attention
   // recording.
   void set_admission(Admission admission) { admission_ = std::move(admission); }
+  // Every model step from now on, and its forks', is counted in `tally` (outliving them).
+  void count_steps(StepTally* tally) { tally_ = tally; }
   // A model whose state cannot take rows (DecodeState::can_append) gets new records only once
   // every row is finished: static batches of max_batch_size rows.
   std::int32_t admit(std::int32_t rows_per_record, bool keep_rows) override;
@@ -205,6 +227,7 @@ class ModelStepper final : public Stepper {
   const AttentionRecording* record_ = nullptr;
   Tensor attention_;  // [heads, rows, 1, keys]: record_->probs of the last step
   Admission admission_;
+  StepTally* tally_ = nullptr;
 };
 
 // JSON for a decoded hypothesis list (shared by lm-generate and seq2seq).

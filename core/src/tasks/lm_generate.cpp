@@ -52,6 +52,7 @@ class LmGenerateTask final : public Task {
       AdmittedRecords started = start_records(items);
       ModelStepper stepper(model_, std::move(started.state), std::move(started.logits),
                            std::move(started.records), end_tokens());
+      stepper.count_steps(&steps_);
       decoded = decoder_.decode(stepper);
     }
     if (decoded.size() != items.size())
@@ -70,6 +71,10 @@ class LmGenerateTask final : public Task {
   }
 
   std::vector<std::string> tsv_columns() const override { return {"text", "score"}; }
+
+  nlohmann::ordered_json summary() const override { return steps_.summary(); }
+  nlohmann::ordered_json summary_state() const override { return steps_.state(); }
+  void merge_summary_state(const nlohmann::ordered_json& state) override { steps_.merge(state); }
 
  private:
   // Prefills `items` (their prompts, right-padded) into a new decoding state.
@@ -100,6 +105,7 @@ class LmGenerateTask final : public Task {
   // static batch at a time (AdmissionQueue).
   std::vector<DecodeResult> decode_continuously(std::span<Item* const> items) const {
     ModelStepper stepper(model_, nullptr, Tensor(), {}, end_tokens());
+    stepper.count_steps(&steps_);
     return masque::decode_continuously(
         decoder_, stepper, items, limits_,
         [&](std::span<Item* const> batch) { return start_records(batch); });
@@ -121,6 +127,7 @@ class LmGenerateTask final : public Task {
   const Decoder& decoder_;
   bool token_logprobs_;
   ContinuousLimits limits_;
+  mutable StepTally steps_;  // process() runs concurrently: StepTally is atomic
 };
 
 std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {

@@ -103,6 +103,10 @@ class Seq2SeqTask final : public Task {
   std::vector<std::string> tsv_columns() const override { return {"text", "score"}; }
   bool batches_continuously() const override { return limits_.enabled; }
 
+  nlohmann::ordered_json summary() const override { return steps_.summary(); }
+  nlohmann::ordered_json summary_state() const override { return steps_.state(); }
+  void merge_summary_state(const nlohmann::ordered_json& state) override { steps_.merge(state); }
+
  private:
   std::vector<StepperRecord> stepper_records(std::span<Item* const> items) const {
     std::vector<StepperRecord> records(items.size());
@@ -116,13 +120,15 @@ class Seq2SeqTask final : public Task {
 
   std::vector<DecodeResult> decode(const std::vector<Item*>& items) const {
     if (limits_.enabled && items.size() > 1) return decode_continuously(items);
-    std::unique_ptr<Stepper> stepper = route_->start(items, stepper_records(items));
+    std::unique_ptr<ModelStepper> stepper = route_->start(items, stepper_records(items));
+    stepper->count_steps(&steps_);
     return decoder_.decode(*stepper);
   }
 
   // The decoder asks for records as rows free up (tasks/common.hpp ContinuousLimits).
   std::vector<DecodeResult> decode_continuously(std::span<Item* const> items) const {
     std::unique_ptr<ModelStepper> stepper = route_->start_empty();
+    stepper->count_steps(&steps_);
     return masque::decode_continuously(
         decoder_, *stepper, items, limits_, [&](std::span<Item* const> batch) {
           return std::move(*route_->start(batch, stepper_records(batch))).release();
@@ -264,6 +270,7 @@ class Seq2SeqTask final : public Task {
   AttentionRecording recording_;  // the alignment layer and heads, when attention is needed
   TokenId unk_ = -1;
   std::unique_ptr<VocabularyMap> vmap_;
+  mutable StepTally steps_;  // process() runs concurrently: StepTally is atomic
 };
 
 std::unique_ptr<Task> create(const Pipeline& pipeline, const Plugins& plugins) {
