@@ -54,10 +54,12 @@ TEST_CASE("top_k agrees between its small-k and large-k strategies") {
 }
 
 TEST_CASE("top_k orders signs, zeros and infinities as the comparison does, at every k") {
-  // A GPT-2-sized vocabulary with many ties: selection, radix ranking (k >= vocab / 8) and the
+  // GPT-2's and stories260k's vocabulary sizes with many ties: selection, radix ranking
+  // (k >= vocab / 8 of the large one), a sort of all (k >= vocab / 2 of the small one) and the
   // small-k buffer must all give the order of a stable sort on `>`.
   const float inf = std::numeric_limits<float>::infinity();
-  std::vector<float> v(50257);
+  const std::size_t vocab = GENERATE(std::size_t{50257}, std::size_t{512});
+  std::vector<float> v(vocab);
   for (std::size_t i = 0; i < v.size(); ++i)
     v[i] = static_cast<float>(static_cast<int>((i * 7919) % 401) - 200) * 0.125f;
   v[3] = -0.0f;  // equal to +0: ties with the zeros by index
@@ -70,8 +72,10 @@ TEST_CASE("top_k orders signs, zeros and infinities as the comparison does, at e
   std::iota(all.begin(), all.end(), 0);
   std::stable_sort(all.begin(), all.end(),
                    [&](std::int32_t a, std::int32_t b) { return v[a] > v[b]; });
-  for (std::int32_t k : {1, 16, 17, 64, 1024, 6281, 6282, 6283, 16384, 50256, 50257}) {
-    INFO("k = " << k);
+  for (std::int32_t k : {1, 16, 17, 63, 64, 65, 511, 512, 1024, 6281, 6282, 6283, 16384, 50256,
+                         50257}) {
+    if (static_cast<std::size_t>(k) > vocab) continue;
+    INFO("vocab " << vocab << ", k = " << k);
     std::vector<std::int32_t> out;
     decoding::top_k(v, k, out);
     REQUIRE(out == std::vector<std::int32_t>(all.begin(), all.begin() + k));
