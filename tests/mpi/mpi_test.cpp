@@ -109,10 +109,13 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
   return a;
 }
 
-// The summary without its timings, which differ from run to run.
+// The summary without its timings, which differ from run to run, and the decoding steps, which
+// follow the batches a shard cuts (the rows they decode do not).
 json figures(const fs::path& summary) {
   json j = json::parse(read_file(summary));
   for (const char* k : {"seconds", "records_per_second", "tokens_per_second"}) j.erase(k);
+  if (j["task"].is_object())
+    for (const char* k : {"decoding_steps", "rows_per_step"}) j["task"].erase(k);
   return j;
 }
 
