@@ -6,6 +6,7 @@
 #include "common.hpp"
 #include "masque/dist.hpp"
 #include "masque/error.hpp"
+#include "masque/train/trainer.hpp"
 #include "train/session.hpp"
 #include "train/settings.hpp"
 
@@ -95,6 +96,12 @@ int cmd_train(int argc, char** argv) {
   options.communicator = &comm;
   try {
     return train::run_training(std::move(pipeline), *registry, options);
+  } catch (const train::StepFailed& e) {
+    // Every rank stopped at this step and rank 0 kept the one before: no abort. The rank that
+    // failed says why, rank 0 which rank it was.
+    if (e.here() || comm.rank() == 0)
+      std::fprintf(stderr, "masque: %s: error: %s\n", comm.where().c_str(), e.what());
+    return e.exit_code();
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "masque: %s: error: %s\n", comm.where().c_str(), e.what());
     comm.abort(kExitUsage);

@@ -589,6 +589,52 @@ TEST_CASE(
   CHECK(fs::is_regular_file(output / "last/optimizer.bin"));
 }
 
+TEST_CASE(
+    "mpi: an error inside a training step on one rank stops every rank before that step, and "
+    "rank 0 keeps the last whole one",
+    "[mpi][train]") {
+  const fs::path dir = scratch_dir("mpi_train_step_error");
+  write_file(dir / "train.txt", corpus(kStoryWords, 64, 10, 5, false));
+  const fs::path output = dir / "run";
+  const std::string pipeline = (source_dir() / "pipelines/train-causal-lm.yaml").string();
+  auto launcher = mpirun(2);
+  launcher.pop_back();
+  // The same pipeline both times, with a mask that fails only when the environment says so.
+  auto job = [&](const std::vector<std::string>& env, const std::vector<std::string>& extra) {
+    return concat(concat(concat(concat({"/usr/bin/env"}, env), launcher),
+                         {binary().string(), "train", pipeline, "-q", "--allow-plugin-file",
+                          "--set", std::string("mask.plugin=") + MASQUE_FAILING_MASK, "--set",
+                          "task.train_file=" + (dir / "train.txt").string(), "--set",
+                          "task.output=" + output.string(), "--set", "task.batch_size=8", "--set",
+                          "task.steps=12"}),
+                  extra);
+  };
+  auto last_step = [&] {
+    return json::parse(read_file(output / "last/trainer_state.json"))["step"].get<int>();
+  };
+  // Rank 1 lays out 4 records a step; its 21st layout falls in step 5 or 6 (the objective
+  // probes the mask before the first step). Before the fix rank 1 ended the job through
+  // MPI_Abort while rank 0 waited in a reduction: no checkpoint, the steps lost.
+  const Outcome failed =
+      run_within(job({"MASQUE_TEST_FAIL_RANK=1", "MASQUE_TEST_FAIL_AFTER=20"}, {}), dir, 120);
+  INFO(failed.err);
+  CHECK(failed.exit_code == 3);
+  CHECK(failed.err.find("rank 1 of 2 on ") != std::string::npos);
+  CHECK(failed.err.find("test-failing: layout 21 fails on purpose") != std::string::npos);
+  CHECK(failed.err.find("failed on rank 1 (its error is above)") != std::string::npos);
+  CHECK(failed.err.find("the run failed after step") != std::string::npos);
+  REQUIRE(fs::is_regular_file(output / "last/model.safetensors"));
+  const int kept = last_step();
+  CHECK(kept >= 4);
+  CHECK(kept <= 5);
+  CHECK(lines_of(output / "metrics.jsonl") == static_cast<std::size_t>(kept));
+  // The cause gone, --resume finishes the run.
+  const Outcome resumed = run_within(job({}, {"--resume", output.string()}), dir, 120);
+  INFO(resumed.err);
+  CHECK(resumed.exit_code == 0);
+  CHECK(last_step() == 12);
+}
+
 namespace {
 
 std::vector<json> probe(const std::vector<std::string>& launcher, const fs::path& dir) {

@@ -853,6 +853,12 @@ int Session::run() {
   }
   try {
     return train_steps();
+  } catch (const StepFailed&) {
+    // Every rank is here at the same step: the others wait until rank 0 has kept it, then the
+    // job ends in order (cmd_train).
+    keep_progress();
+    options_.communicator->barrier();
+    throw;
   } catch (...) {
     keep_progress();
     throw;

@@ -135,28 +135,39 @@ StepResult Trainer::take_step() {
   std::int64_t count = 0, epoch = 0, input_tokens = 0;
   const bool dropout = network_.options().dropout.any();
   dropout_.clear();
-  for (std::int32_t a = 0; a < options_.accumulation; ++a) {
-    const std::vector<const Example*> examples = next_micro_batch(epoch);
-    for (const Example* e : examples) input_tokens += e->tokens();
-    auto& parts = micro.emplace_back();
-    auto& contexts = dropout_.emplace_back();
-    const auto all = split(examples, options_.threads * ranks);
-    for (std::size_t i = own_begin; i < std::min(own_end, all.size()); ++i) {
-      parts.push_back(objective_.lay_out(all[i], epoch));
-      count += static_cast<std::int64_t>(parts.back().labels.size());
-      if (!dropout) continue;
-      // A record's masks follow it (its micro-batch and line), not its place in the part.
-      DropoutContext& c = contexts.emplace_back();
-      c.seed = options_.seed;
-      c.step = static_cast<std::uint64_t>(step_);
-      for (const Example* e : all[i])
-        c.records.push_back(dropout_record(static_cast<std::uint64_t>(a), e->line));
+  // With several ranks, an error here or in run_parts is kept until every rank has heard of it
+  // in the next reduction (fail_together): a rank that threw at once would leave the others
+  // waiting in that reduction, and the job could only end through MPI_Abort.
+  std::exception_ptr error;
+  try {
+    for (std::int32_t a = 0; a < options_.accumulation; ++a) {
+      const std::vector<const Example*> examples = next_micro_batch(epoch);
+      for (const Example* e : examples) input_tokens += e->tokens();
+      auto& parts = micro.emplace_back();
+      auto& contexts = dropout_.emplace_back();
+      const auto all = split(examples, options_.threads * ranks);
+      for (std::size_t i = own_begin; i < std::min(own_end, all.size()); ++i) {
+        parts.push_back(objective_.lay_out(all[i], epoch));
+        count += static_cast<std::int64_t>(parts.back().labels.size());
+        if (!dropout) continue;
+        // A record's masks follow it (its micro-batch and line), not its place in the part.
+        DropoutContext& c = contexts.emplace_back();
+        c.seed = options_.seed;
+        c.step = static_cast<std::uint64_t>(step_);
+        for (const Example* e : all[i])
+          c.records.push_back(dropout_record(static_cast<std::uint64_t>(a), e->line));
+      }
     }
+  } catch (...) {
+    if (ranks == 1) throw;
+    error = std::current_exception();
   }
   if (ranks > 1) {
-    std::uint64_t total = static_cast<std::uint64_t>(count);
-    comm->all_reduce_sum(std::span<std::uint64_t>(&total, 1));
-    count = static_cast<std::int64_t>(total);
+    std::uint64_t total[3] = {static_cast<std::uint64_t>(count), error ? 1u : 0u,
+                              error ? static_cast<std::uint64_t>(rank) + 1 : 0u};
+    comm->all_reduce_sum(std::span<std::uint64_t>(total));
+    fail_together(total[1], total[2], error);
+    count = static_cast<std::int64_t>(total[0]);
   }
   StepResult r;
   r.input_tokens = input_tokens;
@@ -168,9 +179,19 @@ StepResult Trainer::take_step() {
     r.step = ++step_;
     return r;
   }
-  double loss_sum = run_parts(micro, count);
+  double loss_sum = 0;
+  try {
+    loss_sum = run_parts(micro, count);
+  } catch (...) {
+    if (ranks == 1) throw;
+    error = std::current_exception();
+  }
   if (ranks > 1) {
-    comm->all_reduce_sum(std::span<double>(&loss_sum, 1));
+    // The failure counts ride on the loss's reduction (small integers: exact in a double).
+    double sums[3] = {loss_sum, error ? 1.0 : 0.0, error ? rank + 1.0 : 0.0};
+    comm->all_reduce_sum(std::span<double>(sums));
+    fail_together(static_cast<std::uint64_t>(sums[1]), static_cast<std::uint64_t>(sums[2]), error);
+    loss_sum = sums[0];
     for (auto& e : params_.entries())
       comm->all_reduce_sum(
           std::span<float>(e.grad.f32(), static_cast<std::size_t>(e.grad.numel())));
@@ -187,6 +208,27 @@ StepResult Trainer::take_step() {
   r.loss = loss_sum / static_cast<double>(count);
   r.tokens = count;
   return r;
+}
+
+void Trainer::fail_together(std::uint64_t failed, std::uint64_t rank_sum,
+                            std::exception_ptr own) const {
+  if (failed == 0) return;
+  if (own) {
+    try {
+      std::rethrow_exception(own);
+    } catch (const ConfigError& e) {
+      throw StepFailed(e.what(), true, kExitUsage);
+    } catch (const std::exception& e) {
+      throw StepFailed(e.what(), true, kExitRuntime);
+    } catch (...) {
+      throw StepFailed("an exception that is not a std::exception", true, kExitRuntime);
+    }
+  }
+  const std::string who =
+      failed == 1 ? "rank " + std::to_string(rank_sum - 1) : std::to_string(failed) + " ranks";
+  throw StepFailed("step " + std::to_string(step_ + 1) + " failed on " + who +
+                       " (its error is above): every rank stopped before it",
+                   false, kExitRuntime);
 }
 
 const DropoutContext* Trainer::dropout_of(std::size_t a, std::size_t i) const {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <span>
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "masque/dist.hpp"
+#include "masque/error.hpp"
 #include "masque/train/dataset.hpp"
 #include "masque/train/loss.hpp"
 #include "masque/train/network.hpp"
@@ -63,6 +65,22 @@ struct EvalResult {
   std::int64_t tokens = 0;
 };
 
+// A step that failed on some rank of a data-parallel job, raised on every rank at the same
+// point: each rank learns of the others' failures in the step's own reductions, so none is left
+// waiting in one and the job can end in order (rank 0 keeping the last whole step) instead of
+// through MPI_Abort. On the rank that failed, what() is its own error.
+class BOOST_SYMBOL_VISIBLE StepFailed : public RuntimeError {
+ public:
+  StepFailed(const std::string& what, bool here, int exit_code)
+      : RuntimeError(what), here_(here), exit_code_(exit_code) {}
+  bool here() const { return here_; }  // this rank's own error
+  int exit_code() const { return exit_code_; }
+
+ private:
+  bool here_;
+  int exit_code_;
+};
+
 class BOOST_SYMBOL_VISIBLE Trainer {
  public:
   // `network` (over `params`) and `objective` must outlive the trainer.
@@ -72,6 +90,8 @@ class BOOST_SYMBOL_VISIBLE Trainer {
 
   // One optimizer step. When it throws (a batch it cannot lay out or run), the data cursor is
   // back where it was and no parameter changed: the state is still that of steps_done() steps.
+  // With several ranks, an error in laying out or running this rank's parts is StepFailed,
+  // thrown on every rank.
   StepResult step();
   // Mean token loss over `examples` in file order (no corruption randomness beyond the
   // objective's seeded one; no update).
@@ -92,6 +112,9 @@ class BOOST_SYMBOL_VISIBLE Trainer {
   // The next micro-batch of the data (the cursor moves on; a new epoch starts as needed).
   std::vector<const Example*> next_micro_batch(std::int64_t& epoch);
   StepResult take_step();  // step() without the rollback
+  // Throws StepFailed on every rank when `failed` ranks (summed over the job, with
+  // `rank_sum` the sum of their rank + 1) failed; `own` is this rank's error, if any.
+  void fail_together(std::uint64_t failed, std::uint64_t rank_sum, std::exception_ptr own) const;
   void cut_epoch();
   // Forward, loss and backward of the step's micro-batches, one thread per part; returns the
   // summed token loss (in part order) and leaves the summed gradient in params_.
