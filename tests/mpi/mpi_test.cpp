@@ -533,6 +533,24 @@ std::size_t lines_of(const fs::path& file) {
   return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
 }
 
+// mpirun -n 2 masque train of pipelines/train-causal-lm.yaml on DIR/train.txt into `output`,
+// then `extra` (the binary's arguments: --set, --resume).
+std::vector<std::string> train_on_two_ranks(const fs::path& dir, const fs::path& output,
+                                            const std::vector<std::string>& extra) {
+  auto launcher = mpirun(2);
+  launcher.pop_back();  // the binary comes with its arguments
+  const std::string pipeline = (source_dir() / "pipelines/train-causal-lm.yaml").string();
+  return concat(concat(launcher, {binary().string(), "train", pipeline, "-q", "--set",
+                                  "task.train_file=" + (dir / "train.txt").string(), "--set",
+                                  "task.output=" + output.string()}),
+                extra);
+}
+
+// The step of the run's last checkpoint.
+int last_step(const fs::path& output) {
+  return json::parse(read_file(output / "last/trainer_state.json"))["step"].get<int>();
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -542,14 +560,8 @@ TEST_CASE(
   const fs::path dir = scratch_dir("mpi_train_signal");
   write_file(dir / "train.txt", corpus(kStoryWords, 2000, 30, 13, false));
   const fs::path output = dir / "run";
-  const std::string pipeline = (source_dir() / "pipelines/train-causal-lm.yaml").string();
-  auto launcher = mpirun(2);
-  launcher.pop_back();
-  const std::vector<std::string> args =
-      concat(launcher, {binary().string(), "train", pipeline, "-q", "--set",
-                        "task.train_file=" + (dir / "train.txt").string(), "--set",
-                        "task.output=" + output.string(), "--set", "task.batch_size=16", "--set",
-                        "task.steps=100000"});
+  const std::vector<std::string> args = train_on_two_ranks(
+      dir, output, {"--set", "task.batch_size=16", "--set", "task.steps=100000"});
   // Signals a job once it has made a few steps; the outcome, and the step it stopped after.
   auto stop = [&](const std::vector<std::string>& job, const std::function<void(pid_t)>& signal) {
     const std::size_t before = lines_of(output / "metrics.jsonl");
@@ -558,9 +570,6 @@ TEST_CASE(
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     signal(pid);
     return wait_within(pid, dir, 120);
-  };
-  auto last_step = [&] {
-    return json::parse(read_file(output / "last/trainer_state.json"))["step"].get<int>();
   };
 
   // SIGTERM to rank 1 alone: rank 0 learns it at the next step and stops with the same signal.
@@ -573,7 +582,7 @@ TEST_CASE(
   CHECK(first.exit_code == 128 + SIGTERM);
   CHECK(first.err.find("stopped by signal 15 (sent to rank 1) after step") != std::string::npos);
   REQUIRE(fs::is_regular_file(output / "last/model.safetensors"));
-  const int stopped_at = last_step();
+  const int stopped_at = last_step(output);
   CHECK(stopped_at > 0);
   CHECK(lines_of(output / "metrics.jsonl") == static_cast<std::size_t>(stopped_at));
 
@@ -585,7 +594,7 @@ TEST_CASE(
   CHECK(second.exit_code == 128 + SIGUSR1);
   CHECK(second.err.find("resuming from") != std::string::npos);
   CHECK(second.err.find("stopped by signal " + std::to_string(SIGUSR1)) != std::string::npos);
-  CHECK(last_step() > stopped_at);
+  CHECK(last_step(output) > stopped_at);
   CHECK(fs::is_regular_file(output / "last/optimizer.bin"));
 }
 
@@ -596,21 +605,15 @@ TEST_CASE(
   const fs::path dir = scratch_dir("mpi_train_step_error");
   write_file(dir / "train.txt", corpus(kStoryWords, 64, 10, 5, false));
   const fs::path output = dir / "run";
-  const std::string pipeline = (source_dir() / "pipelines/train-causal-lm.yaml").string();
-  auto launcher = mpirun(2);
-  launcher.pop_back();
   // The same pipeline both times, with a mask that fails only when the environment says so.
   auto job = [&](const std::vector<std::string>& env, const std::vector<std::string>& extra) {
-    return concat(concat(concat(concat({"/usr/bin/env"}, env), launcher),
-                         {binary().string(), "train", pipeline, "-q", "--allow-plugin-file",
-                          "--set", std::string("mask.plugin=") + MASQUE_FAILING_MASK, "--set",
-                          "task.train_file=" + (dir / "train.txt").string(), "--set",
-                          "task.output=" + output.string(), "--set", "task.batch_size=8", "--set",
-                          "task.steps=12"}),
-                  extra);
-  };
-  auto last_step = [&] {
-    return json::parse(read_file(output / "last/trainer_state.json"))["step"].get<int>();
+    return concat(
+        concat(concat({"/usr/bin/env"}, env),
+               train_on_two_ranks(dir, output,
+                                  {"--allow-plugin-file", "--set",
+                                   std::string("mask.plugin=") + MASQUE_FAILING_MASK, "--set",
+                                   "task.batch_size=8", "--set", "task.steps=12"})),
+        extra);
   };
   // Rank 1 lays out 4 records a step; its 21st layout falls in step 5 or 6 (the objective
   // probes the mask before the first step). Before the fix rank 1 ended the job through
@@ -624,7 +627,7 @@ TEST_CASE(
   CHECK(failed.err.find("failed on rank 1 (its error is above)") != std::string::npos);
   CHECK(failed.err.find("the run failed after step") != std::string::npos);
   REQUIRE(fs::is_regular_file(output / "last/model.safetensors"));
-  const int kept = last_step();
+  const int kept = last_step(output);
   CHECK(kept >= 4);
   CHECK(kept <= 5);
   CHECK(lines_of(output / "metrics.jsonl") == static_cast<std::size_t>(kept));
@@ -632,7 +635,7 @@ TEST_CASE(
   const Outcome resumed = run_within(job({}, {"--resume", output.string()}), dir, 120);
   INFO(resumed.err);
   CHECK(resumed.exit_code == 0);
-  CHECK(last_step() == 12);
+  CHECK(last_step(output) == 12);
 }
 
 namespace {
