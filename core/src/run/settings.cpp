@@ -30,7 +30,7 @@ const std::vector<ParamSpec>& run_param_specs() {
            "starts the next records as rows finish (started max_batch_size records at a time "
            "within max_batch_tokens); static decodes each batch until its longest record "
            "ends. Same outputs either way; continuous is faster where a step is memory-bound "
-           "(a large model at a few rows: GPT-2-small at 8 rows 1.5x), about as fast elsewhere "
+           "(a large model at a few rows: GPT-2-small at 8 rows 1.4x), about as fast elsewhere "
            "(bench/generate); --summary's rows_per_step tells how full the steps ran; other "
            "tasks batch statically",
        .choices = "continuous|static"},
