@@ -388,11 +388,10 @@ ContinuousLimits continuous_limits(const Params& run, const Decoder& decoder) {
 }
 
 nlohmann::ordered_json StepTally::summary() const {
-  nlohmann::ordered_json j = state();
-  const auto steps = j["decoding_steps"].get<std::uint64_t>();
-  j["rows_per_step"] =
-      steps ? static_cast<double>(j["decoded_rows"].get<std::uint64_t>()) / steps : 0.0;
-  return j;
+  const std::uint64_t steps = steps_.load(), rows = rows_.load();
+  return {{"decoding_steps", steps},
+          {"decoded_rows", rows},
+          {"rows_per_step", steps ? static_cast<double>(rows) / static_cast<double>(steps) : 0.0}};
 }
 
 nlohmann::ordered_json StepTally::state() const {
