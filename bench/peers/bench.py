@@ -120,6 +120,7 @@ def run(cmd, limit_bytes, env=None, stdout_path=None):
             time.sleep(0.05)
         wall = time.perf_counter() - t
     own = rusage.ru_utime + rusage.ru_stime
+    CPU[0] = own
     OTHERS[0] = max(0.0, (cpu_busy_seconds() - busy0 - own) / wall / os.cpu_count())
     p.returncode = os.waitstatus_to_exitcode(status)
     with open(err_path) as f:
@@ -136,6 +137,7 @@ def run(cmd, limit_bytes, env=None, stdout_path=None):
 SCRATCH = ["/tmp"]  # where run() keeps its children's output (set in main)
 QUIET_WAIT = [900]  # seconds run() waits at most for idle CPUs (set in main)
 OTHERS = [0.0]  # the share of the CPUs other processes used during the last run()
+CPU = [0.0]  # the CPU seconds (user + system) of the last run()'s child
 
 
 # ---- models, folders, GGUF files ------------------------------------------------------------
@@ -307,14 +309,15 @@ def run_masque_generate(a, pipeline, prompt, dtype, threads, new_tokens, limit):
             break
         time.sleep(10)
     code, out, err, rss, wall = run(["nice", "-n", "10"] + cmd, limit)
-    others = OTHERS[0]
+    others, cpu = OTHERS[0], CPU[0]
     if code != 0 or not os.path.exists(summary):
         raise Refused((err.strip().splitlines() or [f"exit code {code}"])[-1])
     with open(summary) as f:
         seconds = json.load(f)["seconds"]
-    tokens = json.loads(out.splitlines()[0])["tokens"]
-    return {"seconds": seconds, "rss": rss, "wall": wall, "tokens": tokens, "others": others,
-            "cmd": " ".join(cmd)}
+    lines = out.splitlines()
+    tokens = json.loads(lines[0])["tokens"] if lines else []
+    return {"seconds": seconds, "rss": rss, "wall": wall, "cpu": cpu, "tokens": tokens,
+            "others": others, "cmd": " ".join(cmd)}
 
 
 def run_llama(a, gguf, prompt, threads, config, limit, extra=()):
@@ -360,6 +363,9 @@ def bandwidth(results, threads):
 
 # ---- the measurements ------------------------------------------------------------------------
 
+LOAD_CPU = {}  # (model, dtype) -> CPU seconds of a masque process that only loads the model
+
+
 def masque_limit(a, name, dtype, nbytes, factors):
     """(estimated peak bytes, allowed): the guard of the masque cells."""
     estimate = factors.get(dtype, RSS_PER_FOLDER_BYTE.get(dtype, 3.0)) * nbytes
@@ -396,6 +402,10 @@ def measure_masque(a, m, dtype, threads, r, results, skipped, refused, factors):
         return
     limit = min(a.memory_limit * 1.1, estimate * 1.5 + 2 * GIB)
     try:
+        if threads == 1 and (name, dtype) not in LOAD_CPU:
+            # the CPU seconds of loading alone (no record), subtracted from the prefill run's
+            LOAD_CPU[(name, dtype)] = run_masque_generate(
+                a, m["pipelines"]["lm-generate"], m["empty"], dtype, 1, 1, limit)["cpu"]
         first = run_masque_generate(a, m["pipelines"]["lm-generate"], m["prompt"], dtype,
                                     threads, 1, limit)
         full = run_masque_generate(a, m["pipelines"]["lm-generate"], m["prompt"], dtype,
@@ -406,10 +416,15 @@ def measure_masque(a, m, dtype, threads, r, results, skipped, refused, factors):
         log("  skipped: " + skipped[-1])
         return
     decode = full["seconds"] - first["seconds"]
+    cpu_rates = {}
+    if threads == 1:
+        cpu_rates = {
+            "prefill_cpu_tokens_per_second": PREFILL / (first["cpu"] - LOAD_CPU[(name, dtype)]),
+            "decode_cpu_tokens_per_second": (NEW_TOKENS - 1) / (full["cpu"] - first["cpu"])}
     row = {"bench": "speed", "model": name, "side": "masque", "dtype": dtype, "threads": threads,
            "round": r, "prefill_tokens_per_second": PREFILL / first["seconds"],
            "decode_tokens_per_second": (NEW_TOKENS - 1) / decode if decode > 0 else float("nan"),
-           "peak_rss": max(first["rss"], full["rss"]), "tokens": full["tokens"],
+           **cpu_rates, "peak_rss": max(first["rss"], full["rss"]), "tokens": full["tokens"],
            "prefill_seconds": first["seconds"], "generate_seconds": full["seconds"],
            "others_cpu": max(first["others"], full["others"]), "load": loadavg(),
            "cmd": full["cmd"]}
@@ -445,6 +460,8 @@ def measure_llama(a, m, gtype, threads, r, results, skipped, refused):
     row = {"bench": "speed", "model": name, "side": "llama", "dtype": gtype, "threads": threads,
            "round": r, "prefill_tokens_per_second": t["prefill_tokens"] / t["prefill_seconds"],
            "decode_tokens_per_second": t["decode_steps"] / t["decode_seconds"],
+           "prefill_cpu_tokens_per_second": t["prefill_tokens"] / t["prefill_cpu_seconds"],
+           "decode_cpu_tokens_per_second": t["decode_steps"] / t["decode_cpu_seconds"],
            "peak_rss": t["rss"], "tokens": t["tokens"], "load_seconds": t["load_seconds"],
            "flash_attention": t["flash_attention"], "kv_type": t["kv_type"],
            "system_info": t["system_info"], "others_cpu": t["others"], "load": loadavg(),
@@ -611,6 +628,29 @@ def table_speed(results, header, model):
     return "\n".join(lines)
 
 
+def table_cpu(results, header, model):
+    """One thread, rates by CPU time (the process's own seconds on the CPU): what other
+    processes on a shared machine change least."""
+    if 1 not in header["threads"]:
+        return ""
+    lines = ["| masque / llama.cpp | prefill tok/s per CPU second masque | llama.cpp | ratio "
+             "| decode tok/s per CPU second masque | llama.cpp | ratio |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for dtype in header["dtypes"]:
+        gtype = PAIRS[dtype]
+        ms = select(results, bench="speed", model=model, side="masque", dtype=dtype, threads=1)
+        ls = select(results, bench="speed", model=model, side="llama", dtype=gtype, threads=1)
+        if not ms and not ls:
+            continue
+        v = [median([r[k] for r in rows if k in r])
+             for k in ("prefill_cpu_tokens_per_second", "decode_cpu_tokens_per_second")
+             for rows in (ms, ls)]
+        cells = [f"{x:.1f}" if x == x else "–" for x in v]
+        lines.append(f"| {dtype} / {gtype} | {cells[0]} | {cells[1]} | {fmt_ratio(v[0], v[1])} "
+                     f"| {cells[2]} | {cells[3]} | {fmt_ratio(v[2], v[3])} |")
+    return "\n".join(lines)
+
+
 def common_prefix(x, y):
     n = 0
     for p, q in zip(x, y):
@@ -669,6 +709,11 @@ def report(results, header):
         print(f"prefill {PREFILL} tokens; decode {NEW_TOKENS} greedy tokens at batch 1 "
               "(tokens/s of the 127 steps after the first); medians over rounds\n")
         print(table_speed(results, header, model))
+        t = table_cpu(results, header, model)
+        if t and select(results, bench="speed", model=model):
+            print("\nThe same, one thread, by CPU time instead of wall time (robust to other "
+                  "processes on the machine)\n")
+            print(t)
         t = table_logits(results, model)
         if t:
             print(f"\nLogits of the first {LOGIT_POSITIONS} positions: max |difference| / max "
@@ -725,6 +770,8 @@ def main():
     ap.add_argument("--disk-reserve-gb", type=float, default=20.0)
     ap.add_argument("--quiet-wait", type=float, default=900,
                     help="seconds to wait at most for idle CPUs before each process")
+    ap.add_argument("--results", default="results.json",
+                    help="the raw results' file name in --scratch")
     ap.add_argument("--report", action="store_true")
     a = ap.parse_args()
     a.build, a.scratch = os.path.abspath(a.build), os.path.abspath(a.scratch)
@@ -732,7 +779,7 @@ def main():
     a.disk_reserve = a.disk_reserve_gb * 1e9
     SCRATCH[0] = a.scratch
     QUIET_WAIT[0] = a.quiet_wait
-    path = os.path.join(a.scratch, "results.json")
+    path = os.path.join(a.scratch, a.results)
     if a.report:
         with open(path) as f:
             saved = json.load(f)
@@ -765,8 +812,10 @@ def main():
         if dropped:
             del config["rope_scaling"]
         prompt, head = prompt_file(a, name, config)
+        empty = os.path.join(a.scratch, "empty.ids")
+        open(empty, "w").close()
         m = {"name": name, "folder": folder, "config": config, "dropped": dropped,
-             "bytes": folder_bytes(folder), "prompt": prompt, "head": head,
+             "bytes": folder_bytes(folder), "prompt": prompt, "head": head, "empty": empty,
              "pipelines": pipelines(a, name, folder, config)}
         if "speed" in parts:
             bench_speed(a, m, results, header["skipped"], factors)

@@ -49,6 +49,12 @@ function parseArgs(argv) {
 const a = parseArgs(process.argv.slice(2));
 const prompt = fs.readFileSync(a.prompt, "utf8").trim().split(/\s+/).map(Number);
 const now = () => performance.now() / 1e3;
+// CPU seconds of this process since `from` (all its threads): robust to other processes
+// sharing the machine, where wall time is not.
+const cpu = (from) => {
+  const u = process.cpuUsage(from);
+  return (u.user + u.system) / 1e6;
+};
 
 const loadStart = now();
 // build: "never": the prebuilt binary of @node-llama-cpp/linux-x64 or nothing (no compiling).
@@ -64,7 +70,8 @@ const context = await model.createContext({
 const sequence = context.getSequence();
 const out = {
   load_seconds: now() - loadStart, threads: context.currentThreads,
-  flash_attention: context.flashAttention, kv_type: a.kvType || "default (F16)", cpu_math_cores: llama.cpuMathCores,
+  flash_attention: context.flashAttention, kv_type: a.kvType || "default (F16)",
+  cpu_math_cores: llama.cpuMathCores,
   build: llama.buildType, system_info: llama.systemInfo,
 };
 
@@ -91,17 +98,21 @@ if (a.logits > 0) {
                                                yieldEogToken: true});
   const tokens = [];
   let t = now();
+  let c = process.cpuUsage();
   let step = await generator.next();
   out.prefill_seconds = now() - t;
+  out.prefill_cpu_seconds = cpu(c);
   out.prefill_tokens = prompt.length;
   tokens.push(step.value);
   t = now();
+  c = process.cpuUsage();
   while (tokens.length < a.newTokens) {
     step = await generator.next();
     if (step.done) break;
     tokens.push(step.value);
   }
   out.decode_seconds = now() - t;
+  out.decode_cpu_seconds = cpu(c);
   out.decode_steps = tokens.length - 1;
   await generator.return();
   out.tokens = tokens;
