@@ -10,6 +10,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "io/bounded_yaml.hpp"
 #include "io/read_file.hpp"
 #include "masque/error.hpp"
 #include "masque/tokenizer_files.hpp"
@@ -67,8 +68,7 @@ struct RawSection {
 };
 
 std::string mark_text(const std::string& name, const YAML::Mark& mark) {
-  if (mark.line < 0) return name;
-  return name + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+  return io::yaml_mark_text(name, mark);
 }
 
 std::string node_text(const YAML::Node& node) {
@@ -268,16 +268,12 @@ ParamValue convert(const ParamSpec& spec, const YAML::Node& node) {
 }
 
 YAML::Node load_yaml(const std::string& text, const std::string& where) {
-  try {
-    // A second document (after ---) would be dropped without a word.
-    std::vector<YAML::Node> documents = YAML::LoadAll(text);
-    if (documents.size() > 1)
-      throw ConfigError(where + ": " + std::to_string(documents.size()) +
-                        " YAML documents (separated by ---); a pipeline is one");
-    return documents.empty() ? YAML::Node() : documents.front();
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(mark_text(where, e.mark) + ": invalid YAML: " + e.msg);
-  }
+  // A second document (after ---) would be dropped without a word.
+  const io::YamlDocuments documents = io::load_bounded_yaml(text, where);
+  if (documents.count > 1)
+    throw ConfigError(where + ": " + std::to_string(documents.count) +
+                      " YAML documents (separated by ---); a pipeline is one");
+  return documents.first;
 }
 
 const SectionKind* find_section_kind(const std::string& name) {
@@ -466,8 +462,10 @@ class Loader {
     // to, so shifting elements would overwrite the values already moved.
     std::vector<std::pair<std::string, RawValue>> kept;
     for (const auto& [key, value] : section.keys) {
+      // By name: clang 14 cannot capture a structured binding.
+      const std::string& name = key;
       const bool task_param = std::any_of(task.params.begin(), task.params.end(),
-                                          [&](const ParamSpec& p) { return key == p.name; });
+                                          [&](const ParamSpec& p) { return name == p.name; });
       if (task_param || !is_run_param(key)) {
         kept.emplace_back(key, value);
         continue;

@@ -204,6 +204,44 @@ TEST_CASE("pipeline: deep nesting, a key given twice, an empty file and empty ch
   }
 }
 
+TEST_CASE(
+    "pipeline: YAML that cannot be parsed through, control characters, aliases past the node "
+    "limit and oversized files are errors naming the place",
+    "[hardening][pipeline]") {
+  const fs::path dir = scratch_dir("pipeline_bounds");
+  // Each level names the one before ten times: 10^6 nodes once the aliases are expanded.
+  std::string laughs = "task: tokenize\nl0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int level = 1; level <= 6; ++level) {
+    const std::string prev = "*l" + std::to_string(level - 1);
+    laughs += "l" + std::to_string(level) + ": &l" + std::to_string(level) + " [";
+    for (int i = 0; i < 10; ++i) laughs += (i ? ", " : "") + prev;
+    laughs += "]\n";
+  }
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      // yaml-cpp 0.7's LoadAll looped forever on these, growing without bound.
+      {",a\n", "p.yaml:1:1: invalid YAML: the parser cannot go on at ','"},
+      {"task: tokenize\n---\n,a\n", "p.yaml:3:1: invalid YAML: the parser cannot go on at ','"},
+      {"task: tokenize\ntoken\x01izer: {plugin: vocab}\n",
+       "p.yaml:2:6: invalid YAML: control character U+0001"},
+      {"task: tokenize\n# \xff\n", "p.yaml:2:3: invalid YAML: not UTF-8"},
+      {laughs, "invalid YAML: more than 100000 nodes (aliases counted as what they name)"},
+      {"# " + std::string(2 << 20, 'x') + "\n",
+       "p.yaml: invalid YAML: 2097155 bytes, more than the 1048576 a pipeline file may hold"}};
+  for (const auto& [yaml, message] : cases) {
+    INFO(yaml.substr(0, 80));
+    write_file(dir / "p.yaml", yaml);
+    auto r = run_masque({"run", (dir / "p.yaml").string()}, "a\n");
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains(message));
+  }
+  // Aliases within the limit still work.
+  write_file(dir / "vocab.txt", "<unk>\na\nb\n");
+  write_file(dir / "p.yaml",
+             "task: tokenize\nrun: {max_batch_size: &n 4, read_ahead: *n}\n"
+             "tokenizer: {plugin: vocab, vocab: vocab.txt}\n");
+  CHECK(run_masque({"run", (dir / "p.yaml").string(), "-q"}, "a\n").exit_code == 0);
+}
+
 TEST_CASE("config.json and safetensors headers nested too deeply are configuration errors",
           "[hardening][models]") {
   CHECK_THROWS_WITH(JsonConfig::parse(R"({"rope_scaling": )" + nested(100000) + "}", "c.json"),
