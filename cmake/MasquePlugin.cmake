@@ -41,6 +41,9 @@ function(masque_add_plugin NAME KIND)
     VISIBILITY_INLINES_HIDDEN ON)
 
   _masque_in_tree(in_tree)
+  if(in_tree AND TARGET masque_plugin_pch)
+    target_precompile_headers(${target} REUSE_FROM masque_plugin_pch)
+  endif()
   if(ARG_OUTPUT_DIRECTORY)
     set_target_properties(${target} PROPERTIES LIBRARY_OUTPUT_DIRECTORY "${ARG_OUTPUT_DIRECTORY}")
   elseif(in_tree)
@@ -55,6 +58,8 @@ function(masque_add_plugin NAME KIND)
     # Not installed.
   elseif(in_tree)
     _masque_install_next_to_libmasque(${target} "${MASQUE_PLUGIN_SUBDIR}")
+    # The plugins a build's masque uses (not test fixtures): the `runtime` target builds them.
+    set_property(GLOBAL APPEND PROPERTY MASQUE_RUNTIME_PLUGINS ${target})
   else()
     _masque_install_next_to_libmasque(${target} "${MASQUE_PLUGIN_INSTALL_DIR}")
   endif()

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Installs every Debian package masque needs (quiet and quick when they are already there) and
-# builds it into ./build (Release). Idempotent: run it again after a pull.
+# builds what running masque needs (the CLI, libmasque and the plugins: the `runtime` target)
+# into ./build (Release). Idempotent: run it again after a pull. scripts/test.sh builds the rest.
 #
-#   scripts/setup.sh            install packages, configure, build
+#   scripts/setup.sh                       install packages, configure, build the runtime
+#   BUILD_TARGET=all scripts/setup.sh      ... and the tests and benchmarks too
 #   BUILD_DIR=build-asan CMAKE_ARGS="-DMASQUE_SANITIZE=ON" scripts/setup.sh
+#
+# Compiles go through ccache (Debian's) when it is installed, so a rebuild after a pull or a
+# second build directory recompiles only what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(
-  g++ cmake ninja-build pkg-config git
+  g++ cmake ninja-build pkg-config git ccache
   libdnnl-dev ocl-icd-opencl-dev  # dnnl-config.cmake looks for OpenCL (only Recommended)
   libboost-dev libboost-program-options-dev libboost-filesystem-dev
   libyaml-cpp-dev libicu-dev catch2 nlohmann-json3-dev libsentencepiece-dev sentencepiece
@@ -34,6 +39,11 @@ if ((${#missing[@]})); then
 fi
 
 BUILD_DIR=${BUILD_DIR:-build}
+launcher=()
+# pch_defines, time_macros: ccache's conditions for caching files built with a precompiled header.
+command -v ccache >/dev/null && launcher=(
+  "-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_SLOPPINESS=pch_defines,time_macros;ccache")
 # shellcheck disable=SC2086
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} ${CMAKE_ARGS:-} >/dev/null
-cmake --build "$BUILD_DIR" -j "$(nproc)"
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} "${launcher[@]}" \
+  ${CMAKE_ARGS:-} >/dev/null
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${BUILD_TARGET:-runtime}"

@@ -15,7 +15,7 @@ if [ "${1:-}" = "--sanitize" ]; then
   # is already covered by the one-step gradient and resume tests.
   CTEST_ARGS="-LE trajectory"
 fi
-BUILD_DIR=${BUILD_DIR:-build}
+export BUILD_DIR=${BUILD_DIR:-build} BUILD_TARGET=all
 scripts/setup.sh
 # shellcheck disable=SC2086
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" ${CTEST_ARGS:-}

@@ -19,11 +19,15 @@ jobs=${FUZZ_JOBS:-1}
 build=build-fuzz
 targets=${FUZZ_TARGETS:-safetensors config_json pipeline tokenizers records plugin_file tokenizer_json}
 
+launcher=()
+command -v ccache >/dev/null && launcher=(
+  "-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_SLOPPINESS=pch_defines,time_macros;ccache")
+# clang++-14 by name: Debian's clang 14 is what libclang-rt-14-dev (libFuzzer) belongs to.
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_CXX_COMPILER="$(command -v clang++-14 || command -v clang++)" "${launcher[@]}" \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link" \
   -DMASQUE_FUZZ=ON -DMASQUE_SANITIZE=ON -DMASQUE_BUILD_TESTS=OFF -DMASQUE_BUILD_BENCH=OFF >/dev/null
-cmake --build "$build" -j "$(nproc)"
+cmake --build "$build" -j "$(nproc)" --target fuzzers
 
 # Leaks are findings here (unlike in the test suite): an input that leaks leaks per record.
 export ASAN_OPTIONS="abort_on_error=1:${ASAN_OPTIONS:-}"
