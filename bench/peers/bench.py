@@ -772,6 +772,8 @@ def main():
                     help="seconds to wait at most for idle CPUs before each process")
     ap.add_argument("--results", default="results.json",
                     help="the raw results' file name in --scratch")
+    ap.add_argument("--append", action="store_true",
+                    help="add to the measurements already in --results")
     ap.add_argument("--report", action="store_true")
     a = ap.parse_args()
     a.build, a.scratch = os.path.abspath(a.build), os.path.abspath(a.scratch)
@@ -803,6 +805,19 @@ def main():
               "load_before": loadavg(), "rounds": a.rounds, "models": a.models,
               "dtypes": a.dtypes, "threads": a.threads, "notes": [], "skipped": []}
     results = Results(path, header)
+    if a.append and os.path.exists(path):
+        # add to an earlier run's measurements (e.g. one model or thread count per call)
+        with open(path) as f:
+            saved = json.load(f)
+        for key in ("models", "dtypes", "threads"):
+            header[key] = list(dict.fromkeys(saved.get(key, []) + header[key]))
+        for key in ("notes", "skipped"):
+            header[key] = saved.get(key, [])
+        header["started"] = saved.get("started", header["started"])
+        header["load_before"] = saved.get("load_before", header["load_before"])
+        for row in saved["results"]:
+            if row.get("bench") != "end":
+                list.append(results, row)
     bench_bandwidth(a, results, "start")
     factors = {}
     for name in a.models:

@@ -14,7 +14,8 @@
 #                ROPE_SCALING=auto|keep|drop (auto: drop the Llama 3 rope_scaling when masque
 #                refuses it)  QUIET_WAIT=900 (seconds to wait at most, before each process,
 #                for the CPUs to be idle; each row records the share other processes used)
-#                RESULTS=results.json (the raw results file in bench/out/peers)
+#                RESULTS=results.json (the raw results file in bench/out/peers), APPEND=0
+#                (1: add to the measurements already in that file)
 #
 # The llama.cpp peer is the npm package node-llama-cpp, pinned in package-lock.json, with its
 # prebuilt CPU binary (@node-llama-cpp/linux-x64; nothing is compiled), installed into
@@ -42,4 +43,4 @@ exec /usr/bin/python3 "$here/bench.py" --build "$build" --scratch "$root/bench/o
   --models-dir "${PEERS_MODELS:-/work/peers-models}" \
   --memory-limit-gb "${MEMORY_LIMIT_GB:-20}" --disk-reserve-gb "${DISK_RESERVE_GB:-20}" \
   --rope-scaling "${ROPE_SCALING:-auto}" --quiet-wait "${QUIET_WAIT:-900}" \
-  --results "${RESULTS:-results.json}"
+  --results "${RESULTS:-results.json}" $([ "${APPEND:-0}" = 1 ] && echo --append)
