@@ -33,7 +33,11 @@ nlohmann::json expected(const std::string& name) {
 }
 
 boost::dll::shared_library open_plugin() {
-  return boost::dll::shared_library((plugin_dir() / "libmasque-model-rnn-seq2seq.so").string());
+  // Kept loaded for the whole process: an exception the plugin throws has its destructor in the
+  // plugin, and must not outlive the library (a failed create() drops every other handle).
+  static const boost::dll::shared_library kept(
+      (plugin_dir() / "libmasque-model-rnn-seq2seq.so").string());
+  return kept;
 }
 
 LoadedModel load_model(const boost::dll::shared_library& library, const fs::path& folder,

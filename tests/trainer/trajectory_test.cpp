@@ -58,8 +58,11 @@ void check_trajectory(const Case& c, double lr = 3e-4) {
     worst = std::max(worst, std::abs(r.loss - want) / std::abs(want));
     CHECK(r.loss == Approx(want).epsilon(1e-4));
     // The norm before clipping is more sensitive than the loss (a ReLU that flips changes it in
-    // steps); it must agree closely enough that clipping acts the same.
-    CHECK(r.grad_norm == Approx(expected.at("grad_norm").get<double>()).epsilon(1e-2));
+    // steps); it must agree closely enough that clipping acts the same. 2 %: on AVX2, where
+    // oneDNN's gemm sums in another order than on AVX-512, two late steps of the
+    // encoder-decoder's norm (7.39 against 7.47, clipped to 1 on both sides) differ by 1.2 %
+    // while every loss stays within 1e-4.
+    CHECK(r.grad_norm == Approx(expected.at("grad_norm").get<double>()).epsilon(2e-2));
   }
   WARN(c.name << ": largest relative loss difference over " << kSteps << " steps: " << worst
               << "; loss " << ref.steps.front().at("loss").get<double>() << " -> "

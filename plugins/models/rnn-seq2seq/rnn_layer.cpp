@@ -96,9 +96,26 @@ struct RnnLayer::Impl {
   mutable std::map<Key, std::shared_ptr<const Prepared>> cache;
   mutable std::vector<std::pair<memory::desc, memory>> reordered_layer, reordered_iter;
 
-  // Whether a step of `rows` rows runs on the primitive (see the header).
+  // Whether a step of `rows` rows runs on the primitive (see the header): only where oneDNN runs
+  // it on brgemm (AVX-512). Without AVX-512 its gemm driver sums a row differently for different
+  // row counts, so a row's result would depend on its batch; the Linears (on the 1x1
+  // convolution there) do not.
   bool on_primitive(std::int32_t rows) const {
-    return cell == Cell::lstm && compute == DType::f32 && rows > 1;
+    return cell == Cell::lstm && compute == DType::f32 && rows > 1 && rnn_on_brgemm();
+  }
+  static bool rnn_on_brgemm() {
+    static const bool yes = [] {
+      switch (dnnl::get_effective_cpu_isa()) {
+        case dnnl::cpu_isa::avx512_core:
+        case dnnl::cpu_isa::avx512_core_vnni:
+        case dnnl::cpu_isa::avx512_core_bf16:
+        case dnnl::cpu_isa::avx512_core_amx:
+          return true;
+        default:
+          return false;
+      }
+    }();
+    return yes;
   }
 
   memory::desc weights_layer_md() const {
@@ -276,9 +293,21 @@ RnnLayer::RnnLayer(Cell cell, const Tensor& w_ih, const Tensor& w_hh, const Tens
   Tensor input_bias = b_ih.clone();
   if (cell == Cell::lstm)
     for (std::int64_t i = 0; i < G * H; ++i) input_bias.f32()[i] += bh[i];
-  impl->input = Linear(w_ih, input_bias, {.compute = compute}, Int8Policy::where_it_pays);
-  impl->recurrent = Linear(w_hh, cell == Cell::gru ? b_hh : Tensor(), {.compute = compute},
-                           Int8Policy::where_it_pays);
+  // Where the CPU has no bf16 matmuls, oneDNN refuses one when the layer is built or at its
+  // first product: either way the error says what to do.
+  const auto no_bf16 = [](const std::exception& e) {
+    return ConfigError(std::string("rnn-seq2seq: matmul_dtype=bf16 needs a CPU with AVX-512 "
+                                   "(oneDNN has no bf16 matmul kernels here: ") +
+                       e.what() + ")");
+  };
+  try {
+    impl->input = Linear(w_ih, input_bias, {.compute = compute}, Int8Policy::where_it_pays);
+    impl->recurrent = Linear(w_hh, cell == Cell::gru ? b_hh : Tensor(), {.compute = compute},
+                             Int8Policy::where_it_pays);
+  } catch (const RuntimeError& e) {
+    if (compute != DType::bf16) throw;
+    throw no_bf16(e);
+  }
   if (cell == Cell::lstm && compute == DType::f32) {
     // torch's [4*H, in] rows in the order i f g o -> oneDNN's [in][gate][H], the same order.
     const float* wi = w_ih.f32();
@@ -298,9 +327,7 @@ RnnLayer::RnnLayer(Cell cell, const Tensor& w_ih, const Tensor& w_hh, const Tens
       std::vector<float> out(static_cast<std::size_t>(G * H));
       impl->recurrent.forward(zeros.data(), 1, out.data());
     } catch (const std::exception& e) {
-      throw ConfigError(std::string("rnn-seq2seq: matmul_dtype=bf16 needs a CPU with AVX-512 "
-                                    "(oneDNN has no bf16 matmul kernels here: ") +
-                        e.what() + ")");
+      throw no_bf16(e);
     }
   }
   impl_ = std::move(impl);

@@ -2,8 +2,8 @@
 // torch's own weight layout — the input side W_ih x + b, for all of a sequence's steps in one
 // product, and the recurrent side W_hh h per step — and the LSTM or GRU cell in a vectorized
 // loop, in f32, bf16 or int8. A batched f32 LSTM decoding step runs on oneDNN's `lstm_forward`
-// primitive instead, whose brgemm kernel is at least as fast there; at one row the Linears
-// stream the recurrent weights faster (Linear::streams_one_row), and oneDNN 2.6 runs the
+// primitive instead where it has a brgemm kernel (AVX-512), at least as fast there; at one row the
+// Linears stream the recurrent weights faster (Linear::streams_one_row), and oneDNN 2.6 runs the
 // linear-before-reset GRU on a slower reference driver and has no bf16/int8 path worth taking.
 //
 // For the primitive the torch weights are reordered once into oneDNN's ldigo / ldgo layouts:
