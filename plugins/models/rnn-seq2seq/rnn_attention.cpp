@@ -11,10 +11,11 @@
 namespace masque::rnn {
 
 void Attention::list_linears(LinearList& out) const {
-  const std::string p = "decoder.attention.";
-  out.emplace_back(p + "key_proj", &w_.key);
-  if (w_.kind == AttentionKind::bahdanau) out.emplace_back(p + "query_proj", &w_.query);
-  out.emplace_back(p + "out_proj", &w_.output);
+  // Built with append: GCC 12 warns falsely (-Warray-bounds) on `string + literal` here.
+  const auto name = [](const char* leaf) { return std::string("decoder.attention.").append(leaf); };
+  out.emplace_back(name("key_proj"), &w_.key);
+  if (w_.kind == AttentionKind::bahdanau) out.emplace_back(name("query_proj"), &w_.query);
+  out.emplace_back(name("out_proj"), &w_.output);
 }
 
 Tensor Attention::keys(const Tensor& memory, std::span<const std::int32_t> lengths) const {
