@@ -61,6 +61,7 @@ json matmuls_json(const Model& model, const std::string& asked) {
     // The names matmul_dtype takes.
     const DType compute = linear->compute();
     const std::string type = compute == DType::i8     ? "int8"
+                             : compute == DType::i4   ? "int4"
                              : compute == DType::bf16 ? "bf16"
                                                       : "f32";
     ++counts[type];
@@ -69,11 +70,14 @@ json matmuls_json(const Model& model, const std::string& asked) {
                     {"out", linear->out_features()},
                     {"dtype", type}});
   }
+  std::uint64_t held = 0;
+  for (const auto& [name, linear] : layers) held += linear->weight_bytes();
   json j{{"asked", asked},
          {"summary", matmul_summary(layers)},
+         {"held_bytes", held},
          {"layers", layers.size()},
          {"by_dtype", counts}};
-  if (asked == "int8")
+  if (asked == "int8" || asked == "int4")
     j["int8_rule"] = {{"min_inputs", kInt8MinInputs},
                       {"min_outputs", kInt8MinOutputs},
                       {"min_weights", kInt8MinWeights}};
@@ -303,8 +307,12 @@ void print_text(const json& j) {
     std::printf("%s%s: %s\n", label, join(tasks).c_str(), why.c_str());
     label = "                ";
   }
-  if (j.contains("matmuls"))
+  if (j.contains("matmuls")) {
     std::printf("matmuls         %s\n", j["matmuls"]["summary"].get<std::string>().c_str());
+    // What the loaded model holds beside the mapped file (its embedding rows come from there).
+    std::printf("weights held    %s in the linear layers (packed); embeddings read in place\n",
+                human_bytes(j["matmuls"]["held_bytes"].get<std::uint64_t>()).c_str());
+  }
 }
 
 }  // namespace
@@ -315,7 +323,8 @@ int cmd_inspect(int argc, char** argv) {
                                          "the folder holding the tokenizer files (default: DIR)")(
       "json", po::bool_switch(), "print one JSON object instead of the text")(
       "matmul-dtype", po::value<std::string>(),
-      "load the model with this matmul_dtype (f32, bf16 or int8) and report the type each linear "
+      "load the model with this matmul_dtype (f32, bf16, int8 or int4) and report the type each "
+      "linear "
       "layer runs in");
   po::options_description hidden;
   hidden.add_options()("dir", po::value<std::string>());

@@ -21,6 +21,7 @@ std::size_t dtype_size(DType dtype) {
     case DType::i32:
       return 4;
     case DType::i8:
+    case DType::i4:  // a computation type: two to a byte in Linear's own storage
       return 1;
   }
   return 0;
@@ -38,6 +39,8 @@ const char* to_string(DType dtype) {
       return "I32";
     case DType::i8:
       return "I8";
+    case DType::i4:
+      return "I4";
   }
   return "?";
 }
@@ -186,6 +189,10 @@ MASQUE_VECTORIZE void widen_bf16(const std::uint16_t* __restrict x, std::int64_t
     out[i] = std::bit_cast<float>(static_cast<std::uint32_t>(x[i]) << 16);
 }
 
+void widen_f16(const std::uint16_t* x, std::int64_t n, float* out) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = half_to_float(x[i]);
+}
+
 Tensor Tensor::to_f32() const {
   if (dtype_ == DType::f32) return clone();
   Tensor t(shape_, DType::f32);
@@ -194,7 +201,7 @@ Tensor Tensor::to_f32() const {
   if (dtype_ == DType::bf16) {
     widen_bf16(in, numel_, out);
   } else if (dtype_ == DType::f16) {
-    for (std::int64_t i = 0; i < numel_; ++i) out[i] = half_to_float(in[i]);
+    widen_f16(in, numel_, out);
   } else {
     throw RuntimeError("cannot convert a tensor of " + std::string(to_string(dtype_)) + " to F32");
   }

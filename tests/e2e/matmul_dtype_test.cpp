@@ -92,9 +92,9 @@ TEST_CASE("inspect --matmul-dtype int8: wide layers int8, narrow ones kept f32",
   const auto f32 = run_masque({"inspect", dir.string()});
   CHECK_THAT(f32.out, Catch::Contains("matmuls         f32: 5 linear layers"));
 
-  const auto bad = run_masque({"inspect", dir.string(), "--matmul-dtype", "int4"});
+  const auto bad = run_masque({"inspect", dir.string(), "--matmul-dtype", "int3"});
   CHECK(bad.exit_code == 2);
-  CHECK_THAT(bad.err, Catch::Contains("--matmul-dtype") && Catch::Contains("int4"));
+  CHECK_THAT(bad.err, Catch::Contains("--matmul-dtype") && Catch::Contains("int3"));
 }
 
 TEST_CASE("inspect --matmul-dtype int8: the narrow shared models stay f32",

@@ -39,8 +39,11 @@ struct LinearOptions {
   // constructor throws); or i8 (weights quantized once with one symmetric scale per output
   // feature to int8_weight_levels(), each input row quantized per call with its own scale to
   // 127 levels, exact int32 accumulation; bias and activation in f32) for a quarter of the
-  // weight memory and AMX/VNNI int8 speed, at about 2 significant digits.
+  // weight memory and AMX/VNNI int8 speed, at about 2 significant digits; or i4 (weights
+  // quantized once to 4 bits in groups of `group_size` inputs, one bf16 scale per group, inputs
+  // per row as for i8; numerics/int4_product.hpp) for about an eighth of f32's weight memory.
   DType compute = DType::f32;
+  std::int32_t group_size = 32;  // i4: inputs per scale, a multiple of 32
 };
 
 // The largest |q| of int8 weights on this CPU: 127 with VNNI; 63 without (AVX2, AVX-512 before
@@ -64,8 +67,18 @@ inline constexpr std::int64_t kInt8MinWeights = 1 << 15;
 inline constexpr const char* kInt8Rule = "fewer than 128 inputs, 64 outputs or 32768 weights";
 BOOST_SYMBOL_VISIBLE bool int8_pays(std::int64_t in, std::int64_t out);
 
-// What LinearOptions::compute = i8 means for one layer: int8 always, or int8 where int8_pays()
-// and f32 elsewhere (what the models' matmul_dtype=int8 does).
+// The matmul type a model's layers are built with (a model plugin's matmul_dtype): the compute
+// type and, for i4, the inputs per scale.
+struct MatmulType {
+  DType compute = DType::f32;
+  std::int32_t group_size = 32;
+  MatmulType() = default;
+  MatmulType(DType type, std::int32_t group = 32) : compute(type), group_size(group) {}  // NOLINT
+};
+
+// What LinearOptions::compute = i8 (or i4) means for one layer: that type always, or only where
+// int8_pays() and f32 elsewhere (what the models' matmul_dtype=int8 / int4 does; an i4 layer whose
+// inputs do not split into groups of group_size also stays f32).
 enum class Int8Policy : std::uint8_t { always, where_it_pays };
 
 // y = act(x W^T + b). The weight is packed once, at construction, into oneDNN's preferred
@@ -96,6 +109,8 @@ class BOOST_SYMBOL_VISIBLE Linear {
   // one-row call, which this makes) to give oneDNN's numbers bit for bit (so a row's result does
   // not depend on its batch).
   bool streams_one_row() const;
+  // Bytes the layer holds for its weights (packed or quantized, with their scales and bias).
+  std::size_t weight_bytes() const;
 
   // x [..., in] -> y [..., out] (y resized; y must not alias x).
   void forward(const Tensor& x, Tensor& y) const;

@@ -64,10 +64,12 @@ void log_softmax(Tensor& x);  // over the last dimension, in place
 
 // ---- embeddings ----------------------------------------------------------------------------
 
-// out[i] = table[ids[i]]; out is [ids.size(), dim]. An id outside [0, rows) is a RecordError
-// naming the id.
-void embedding(const Tensor& table, std::span<const std::int32_t> ids, Tensor& out);
-// out[i] += table[ids[i]] (position and token-type embeddings).
+// out[i] = table[ids[i]] * scale; out is [ids.size(), dim] f32. The table is F32, BF16 or F16
+// (e.g. a view of a checkpoint's mapping: rows are widened as they are read). An id outside
+// [0, rows) is a RecordError naming the id.
+void embedding(const Tensor& table, std::span<const std::int32_t> ids, Tensor& out,
+               float scale = 1.0f);
+// out[i] += table[ids[i]] (position and token-type embeddings; any table type as above).
 void add_embedding(const Tensor& table, std::span<const std::int32_t> ids, Tensor& out);
 
 // ---- rows ----------------------------------------------------------------------------------

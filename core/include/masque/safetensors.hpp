@@ -57,6 +57,15 @@ class BOOST_SYMBOL_VISIBLE SafeTensors {
   Tensor get_f32(std::string_view name) const;
   // Same, and the shape must be `expected` (ConfigError naming file, tensor and both shapes).
   Tensor get_f32(std::string_view name, const Shape& expected) const;
+  // The tensor as stored (F32, F16 or BF16: a view of the mapping, no copy), with the shape
+  // `expected` and every value finite, checked in its stored type.
+  Tensor get_float(std::string_view name, const Shape& expected) const;
+
+  // Drops the tensor's pages from memory (madvise MADV_DONTNEED over the whole pages of its
+  // span), for a weight that has been copied into a packed or quantized layout: the mapped source
+  // must not stay resident beside its copy. Views stay valid: a page touched again is read from
+  // the file again. Nothing for tensors held in memory.
+  void release(std::string_view name) const;
 
  private:
   struct Impl;

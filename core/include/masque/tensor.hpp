@@ -15,8 +15,8 @@
 
 namespace masque {
 
-// i8 names a computation type (LinearOptions::compute); tensors hold f32, f16, bf16 or i32.
-enum class DType : std::uint8_t { f32, f16, bf16, i32, i8 };
+// i8 and i4 name computation types (LinearOptions::compute); tensors hold f32, f16, bf16 or i32.
+enum class DType : std::uint8_t { f32, f16, bf16, i32, i8, i4 };
 
 std::size_t dtype_size(DType dtype);
 const char* to_string(DType dtype);
@@ -29,6 +29,8 @@ std::int64_t num_elements(const Shape& shape);
 // stays a quiet NaN); widened exactly.
 BOOST_SYMBOL_VISIBLE void round_to_bf16(const float* x, std::int64_t n, std::uint16_t* out);
 BOOST_SYMBOL_VISIBLE void widen_bf16(const std::uint16_t* x, std::int64_t n, float* out);
+// IEEE half widened exactly.
+BOOST_SYMBOL_VISIBLE void widen_f16(const std::uint16_t* x, std::int64_t n, float* out);
 std::string to_string(const Shape& shape);  // "[2, 3]"
 
 class BOOST_SYMBOL_VISIBLE Tensor {

@@ -46,6 +46,7 @@
 #include "masque/layers.hpp"
 #include "masque/threading.hpp"
 #include "numerics/dnnl_context.hpp"
+#include "numerics/int4_product.hpp"
 #include "numerics/parallel.hpp"
 #include "numerics/row_product.hpp"
 #include "numerics/simd.hpp"
@@ -138,6 +139,7 @@ struct Linear::Impl {
   dt compute = dt::f32;              // input and weight type
   bool convolution = false;          // a 1x1 convolution rather than a matmul (see above)
   std::vector<float> weight_scales;  // s8: one per output feature
+  std::unique_ptr<numerics::Int4Product> int4;  // i4: the whole product (no oneDNN parts)
   // The product over inputs [begin, begin + depth): the first part adds the bias, later ones
   // add onto the output, the last applies the activation.
   struct Part {
@@ -485,20 +487,27 @@ std::unique_ptr<numerics::RowProduct> Linear::Impl::make_row_product() const {
 }
 
 std::string matmul_summary(const LinearList& layers) {
-  std::size_t asked_int8 = 0, int8 = 0;
+  std::size_t asked = 0, quantized = 0;
+  DType type = DType::i8;
   for (const auto& [name, linear] : layers) {
-    asked_int8 += linear->requested() == DType::i8;
-    int8 += linear->compute() == DType::i8;
+    const DType requested = linear->requested();
+    if (requested == DType::i8 || requested == DType::i4) {
+      ++asked;
+      type = requested;
+      quantized += linear->compute() == requested;
+    }
   }
   const std::string total =
       std::to_string(layers.size()) + " linear layer" + (layers.size() == 1 ? "" : "s");
-  if (asked_int8 == 0) {
-    const DType type = layers.empty() ? DType::f32 : layers.front().second->compute();
-    return std::string(type == DType::bf16 ? "bf16" : "f32") + ": " + total;
+  if (asked == 0) {
+    const DType kind = layers.empty() ? DType::f32 : layers.front().second->compute();
+    return std::string(kind == DType::bf16 ? "bf16" : "f32") + ": " + total;
   }
-  if (int8 == layers.size()) return "int8: all " + total;
-  return "int8: " + std::to_string(int8) + " of " + total + "; " +
-         std::to_string(layers.size() - int8) + " kept f32 (" + kInt8Rule + ")";
+  const std::string name = type == DType::i4 ? "int4" : "int8";
+  if (quantized == layers.size()) return name + ": all " + total;
+  return name + ": " + std::to_string(quantized) + " of " + total + "; " +
+         std::to_string(layers.size() - quantized) + " kept f32 (" + kInt8Rule +
+         (type == DType::i4 ? ", or inputs not a multiple of the group size" : "") + ")";
 }
 
 bool int8_pays(std::int64_t in, std::int64_t out) {
@@ -518,14 +527,29 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options, 
   impl->out = weight.dim(out_in ? 0 : 1);
   impl->activation = options.activation;
   impl->requested = options.compute;
-  if (options.compute == DType::i8 && policy == Int8Policy::where_it_pays &&
-      !int8_pays(impl->in, impl->out))
+  const bool low_bits = options.compute == DType::i8 || options.compute == DType::i4;
+  if (low_bits && policy == Int8Policy::where_it_pays &&
+      (!int8_pays(impl->in, impl->out) ||
+       (options.compute == DType::i4 && !numerics::int4_fits(impl->in, options.group_size))))
     options.compute = DType::f32;
-  impl->compute = compute_type(options.compute);
   if (impl->in == 0 || impl->out == 0)
     throw RuntimeError("Linear: empty weight " + to_string(weight.shape()));
 
+  if (options.compute == DType::i4) {  // quantized from the stored type, a feature at a time
+    impl->compute = dt::s8;            // the input rows' type
+    Tensor b32;
+    if (!bias.empty()) {
+      b32 = bias.dtype() == DType::f32 ? bias : bias.to_f32();
+      numerics::require_vector(b32, impl->out, "Linear", "bias");
+    }
+    impl->int4 = std::make_unique<numerics::Int4Product>(
+        numerics::quantize_int4(weight, options.layout, options.group_size),
+        b32.empty() ? nullptr : b32.f32(), options.activation);
+    impl_ = std::move(impl);
+    return;
+  }
   const Tensor w32 = weight.dtype() == DType::f32 ? weight : weight.to_f32();
+  impl->compute = compute_type(options.compute);
   impl->convolution = impl->compute == dt::f32 && prefer_convolution(impl->in, impl->out);
   if (!bias.empty()) {
     numerics::require_vector(bias.dtype() == DType::f32 ? bias : bias.to_f32(), impl->out, "Linear",
@@ -621,11 +645,21 @@ std::int64_t Linear::out_features() const {
 Activation Linear::activation() const {
   return impl_ ? impl_->activation : Activation::none;
 }
+std::size_t Linear::weight_bytes() const {
+  if (!impl_) return 0;
+  std::size_t bytes = impl_->bias_md.is_zero() ? 0 : impl_->bias_md.get_size();
+  bytes += impl_->weight_scales.size() * sizeof(float);
+  if (impl_->int4) return bytes + impl_->int4->bytes();
+  for (const Impl::Part& p : impl_->parts) bytes += p.weights_md.get_size();
+  return bytes;
+}
+
 bool Linear::streams_one_row() const {
   return impl_ && impl_->one_row();
 }
 DType Linear::compute() const {
   if (!impl_ || impl_->compute == dt::f32) return DType::f32;
+  if (impl_->int4) return DType::i4;
   return impl_->compute == dt::bf16 ? DType::bf16 : DType::i8;
 }
 DType Linear::requested() const {
@@ -696,6 +730,10 @@ std::pair<const std::int8_t*, const float*> Linear::Impl::to_s8(const float* x,
 void Linear::forward(const float* x, std::int64_t rows, float* y) const {
   if (!impl_) throw RuntimeError("Linear used before construction");
   if (rows <= 0) return;
+  if (impl_->int4) {
+    const auto [q, scales] = impl_->to_s8(x, rows);
+    return impl_->int4->run(q, scales, rows, y);
+  }
   if (rows > kSplitRows && rows % kRowQuantum != 0) {
     const std::int64_t head = rows / kRowQuantum * kRowQuantum;
     forward(x, head, y);

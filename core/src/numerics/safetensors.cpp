@@ -364,6 +364,23 @@ Tensor SafeTensors::get(std::string_view name) const {
 
 namespace {
 
+// The index of the first 16-bit float whose exponent bits are all set (a NaN or an infinity:
+// `exponent` is 0x7f80 for BF16, 0x7c00 for F16), or n.
+std::size_t first_non_finite_16(const std::uint16_t* values, std::size_t n,
+                                std::uint16_t exponent) {
+  constexpr std::size_t kBlock = 4096;
+  for (std::size_t begin = 0; begin < n; begin += kBlock) {
+    const std::size_t end = std::min(n, begin + kBlock);
+    std::uint32_t bad = 0;
+    for (std::size_t i = begin; i < end; ++i)
+      bad |= static_cast<std::uint32_t>((values[i] & exponent) == exponent);
+    if (bad)
+      for (std::size_t i = begin; i < end; ++i)
+        if ((values[i] & exponent) == exponent) return i;
+  }
+  return n;
+}
+
 // The index of the first NaN or infinity in `values`, or values.size(). By the exponent bits,
 // so that the scan vectorizes (a checkpoint is read through once at load).
 std::size_t first_non_finite(std::span<const float> values) {
@@ -397,6 +414,48 @@ Tensor SafeTensors::get_f32(std::string_view name) const {
          "holds " + std::string(std::isnan(values[i]) ? "NaN" : "an infinity") + " at element " +
              std::to_string(i) + " (a weight must be a finite number)");
   return t;
+}
+
+Tensor SafeTensors::get_float(std::string_view name, const Shape& expected) const {
+  const SafeTensorEntry& e = entry(name);
+  if (e.shape != expected)
+    fail(e.file, e.name, "has shape " + to_string(e.shape) + ", expected " + to_string(expected));
+  Tensor t = get(name);
+  if (t.dtype() == DType::i32) fail(e.file, e.name, "is I32, expected a floating-point tensor");
+  const auto n = static_cast<std::size_t>(t.numel());
+  std::size_t bad = n;
+  bool nan = false;
+  if (t.dtype() == DType::f32) {
+    const std::span<const float> values(t.f32(), n);
+    bad = first_non_finite(values);
+    nan = bad < n && std::isnan(values[bad]);
+  } else {
+    const auto* v = static_cast<const std::uint16_t*>(t.raw());
+    const std::uint16_t exponent = t.dtype() == DType::bf16 ? 0x7f80 : 0x7c00;
+    const std::uint16_t mantissa = t.dtype() == DType::bf16 ? 0x007f : 0x03ff;
+    bad = first_non_finite_16(v, n, exponent);
+    nan = bad < n && (v[bad] & mantissa) != 0;
+  }
+  if (bad < n)
+    fail(e.file, e.name,
+         "holds " + std::string(nan ? "NaN" : "an infinity") + " at element " +
+             std::to_string(bad) + " (a weight must be a finite number)");
+  return t;
+}
+
+void SafeTensors::release(std::string_view name) const {
+  const auto& impl = need(impl_);
+  if (impl.held.count(std::string(name))) return;
+  const SafeTensorEntry& e = impl.entry(name);
+  const auto it = impl.mappings.find(e.file);
+  if (it == impl.mappings.end() || e.size == 0) return;
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const auto base = reinterpret_cast<std::uintptr_t>(it->second->data());
+  // Whole pages inside the span only: a neighbour sharing a page keeps it.
+  const std::uintptr_t begin = (base + e.offset + page - 1) / page * page;
+  const std::uintptr_t end = (base + e.offset + e.size) / page * page;
+  if (end > begin)
+    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice: may fail
 }
 
 Tensor SafeTensors::get_f32(std::string_view name, const Shape& expected) const {

@@ -62,20 +62,10 @@ void Sinusoids::encode(std::int32_t position, float* row) const {
   }
 }
 
-namespace {
-
-Tensor scaled(Tensor table, float scale) {
-  if (scale == 1.0f) return table;
-  Tensor t = table.clone();
-  masque::scale(t, scale);
-  return t;
-}
-
-}  // namespace
-
 Embeddings::Embeddings(const EmbeddingSpec& spec, const WeightReader& weights)
     : positions_(spec.positions),
-      tokens_(scaled(weights.tensor(spec.tokens), spec.scale)),
+      tokens_(weights.stored(spec.tokens)),
+      scale_(spec.scale),
       types_(weights.tensor(spec.token_types)),
       norm_(spec.norm, weights) {
   if (positions_.kind == PositionKind::learned) learned_ = weights.tensor(positions_.table);
@@ -86,7 +76,7 @@ Embeddings::Embeddings(const EmbeddingSpec& spec, const WeightReader& weights)
 
 void Embeddings::forward(std::span<const TokenId> ids, std::span<const std::int32_t> positions,
                          std::span<const std::int32_t> token_types, Tensor& out) const {
-  embedding(tokens_, ids, out);
+  embedding(tokens_, ids, out, scale_);
   if (positions_.kind == PositionKind::learned) {
     const std::int64_t dim = learned_.dim(1);
     for (std::size_t r = 0; r < positions.size(); ++r) {

@@ -118,9 +118,9 @@ std::int32_t window_of(const StackSpec& stack) {
 }  // namespace
 
 TransformerModel::TransformerModel(TransformerSpec spec, const SafeTensors& checkpoint,
-                                   ModelTokens tokens, DType compute)
+                                   ModelTokens tokens, MatmulType matmul)
     : spec_(std::move(spec)) {
-  const WeightReader weights(checkpoint, compute);
+  const WeightReader weights(checkpoint, matmul);
   if (spec_.encoder_decoder()) encoder_ = Stack(spec_.encoder, weights);
   decoder_ = Stack(spec_.decoder, weights);
   if (spec_.head.present()) head_ = Head(spec_.head, weights);

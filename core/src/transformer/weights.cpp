@@ -11,6 +11,14 @@ Tensor WeightReader::tensor(const TensorSpec& spec) const {
   return checkpoint_.get_f32(spec.name, spec.shape);
 }
 
+Tensor WeightReader::stored(const TensorSpec& spec) const {
+  if (!spec.present()) return {};
+  Tensor t = checkpoint_.get_float(spec.name, spec.shape);
+  // The finiteness check read every page; only the rows a run looks up need to stay.
+  checkpoint_.release(spec.name);
+  return t;
+}
+
 namespace {
 
 // A bias stored as [1, n] (BART/Marian's final_logits_bias buffer) is used as [n].
@@ -22,9 +30,17 @@ Tensor as_vector(Tensor bias) {
 }  // namespace
 
 Linear WeightReader::linear(const LinearSpec& spec, Activation activation) const {
-  return Linear(tensor(spec.weight), as_vector(tensor(spec.bias)),
-                {.activation = activation, .layout = spec.layout, .compute = compute_},
-                Int8Policy::where_it_pays);
+  // The weight as stored: Linear widens it only where its matmul type needs f32 (int4 quantizes
+  // a BF16 weight a feature at a time).
+  const Tensor weight = checkpoint_.get_float(spec.weight.name, spec.weight.shape);
+  Linear layer(weight, as_vector(tensor(spec.bias)),
+               {.activation = activation,
+                .layout = spec.layout,
+                .compute = matmul_.compute,
+                .group_size = matmul_.group_size},
+               Int8Policy::where_it_pays);
+  checkpoint_.release(spec.weight.name);
+  return layer;
 }
 
 Linear WeightReader::fused(std::span<const LinearSpec> specs, Activation activation) const {
@@ -39,10 +55,15 @@ Linear WeightReader::fused(std::span<const LinearSpec> specs, Activation activat
       biases.push_back(s.bias.present() ? as_vector(tensor(s.bias))
                                         : Tensor::zeros({s.out_features()}));
   }
-  return Linear::concat(
-      weights, biases,
-      {.activation = activation, .layout = specs.front().layout, .compute = compute_},
-      Int8Policy::where_it_pays);
+  Linear layer = Linear::concat(weights, biases,
+                                {.activation = activation,
+                                 .layout = specs.front().layout,
+                                 .compute = matmul_.compute,
+                                 .group_size = matmul_.group_size},
+                                Int8Policy::where_it_pays);
+  weights.clear();
+  for (const LinearSpec& s : specs) checkpoint_.release(s.weight.name);
+  return layer;
 }
 
 Norm::Norm(const NormSpec& spec, const WeightReader& weights)

@@ -138,6 +138,7 @@ const masque::ParamSpec kParams[] = {
              "or pooler + classifier for a BertForSequenceClassification folder; false loads the "
              "encoder only (e.g. a BertModel checkpoint) for hidden states"},
     masque::models::kMatmulDtypeParam,
+    masque::models::kInt4GroupParam,
     masque::models::kInitSeedParam,
 };
 

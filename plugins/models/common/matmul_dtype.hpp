@@ -4,6 +4,7 @@
 #include <string>
 
 #include "masque/error.hpp"
+#include "masque/layers.hpp"
 #include "masque/params.hpp"
 #include "masque/plugin.hpp"
 #include "masque/tensor.hpp"
@@ -29,13 +30,33 @@ inline constexpr ParamSpec kMatmulDtypeParam{
         "(results still independent of the batch), about 2 significant digits in those layers "
         "(with every layer int8, stories260k's NLL moved by up to 0.03 nats per token and a "
         "small transliteration model changed 10% of its greedy outputs: check on your data; "
-        "the small models in ../shared run f32 throughout)",
-    .choices = "f32|bf16|int8"};
+        "the small models in ../shared run f32 throughout); int4 for an eighth of f32's weight "
+        "memory: weights quantized at load to 4 bits in groups of int4_group_size inputs with "
+        "one bf16 scale per group, inputs per row as for int8, the same rule for which layers "
+        "stay f32 (and layers whose inputs do not split into groups); docs/precision.md has "
+        "the format and its measured error",
+    .choices = "f32|bf16|int8|int4"};
 
-inline DType matmul_dtype(const Params& params) {
+inline constexpr ParamSpec kInt4GroupParam{
+    .name = "int4_group_size",
+    .type = ParamType::integer,
+    .default_value = "32",
+    .help =
+        "matmul_dtype int4: inputs that share one scale (a multiple of 32; smaller groups "
+        "are more exact and hold more scales)",
+    .min = 32,
+    .max = 4096};
+
+inline MatmulType matmul_dtype(const Params& params) {
   const std::string name = params.get_string("matmul_dtype");
   if (name == "bf16") return DType::bf16;
   if (name == "int8") return DType::i8;
+  if (name == "int4") {
+    const auto group = params.has("int4_group_size") ? params.get_int("int4_group_size") : 32;
+    if (group % 32 != 0)
+      throw ConfigError("int4_group_size: " + std::to_string(group) + " is not a multiple of 32");
+    return MatmulType(DType::i4, static_cast<std::int32_t>(group));
+  }
   return DType::f32;  // choices are validated before create()
 }
 

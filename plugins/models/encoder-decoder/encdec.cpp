@@ -248,6 +248,7 @@ const masque::ParamSpec kParams[] = {
         "with Hugging Face BART-style tensor names (encoder.layers.N.self_attn.q_proj.weight, ..., "
         "lm_head.weight)"),
     masque::models::kMatmulDtypeParam,
+    masque::models::kInt4GroupParam,
     masque::models::kInitSeedParam,
 };
 

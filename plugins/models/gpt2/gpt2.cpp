@@ -86,6 +86,7 @@ const masque::ParamSpec kParams[] = {
         "shards); generation_config.json, when present, overrides bos/eos/pad; of an id list "
         "(eos_token_id) the first id is the model's"),
     masque::models::kMatmulDtypeParam,
+    masque::models::kInt4GroupParam,
     masque::models::kInitSeedParam,
 };
 

@@ -31,6 +31,7 @@ const masque::ParamSpec kParams[] = {
         "makes every layer's attention windowed: key j is visible to query i only when rank(i) - "
         "rank(j) < sliding_window, under any mask"),
     masque::models::kMatmulDtypeParam,
+    masque::models::kInt4GroupParam,
     masque::models::kInitSeedParam,
 };
 

@@ -175,6 +175,7 @@ const masque::ParamSpec kParams[] = {
         "which no tokenizer plugin maps source.spm / target.spm pieces to yet). Unlike HF's "
         "generate(), no bad_words_ids are applied: the pad id can be generated"),
     masque::models::kMatmulDtypeParam,
+    masque::models::kInt4GroupParam,
 };
 
 }  // namespace

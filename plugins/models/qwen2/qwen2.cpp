@@ -31,6 +31,7 @@ const masque::ParamSpec kParams[] = {
         "the layers max_window_layers.. (or those layer_types marks sliding_attention) see only "
         "keys ranked less than sliding_window below the query"),
     masque::models::kMatmulDtypeParam,
+    masque::models::kInt4GroupParam,
     masque::models::kInitSeedParam,
 };
 

@@ -14,8 +14,9 @@
 namespace {
 
 masque::Plugin* create(const masque::Params& params) {
-  const masque::DType dtype =
-      params.has("matmul_dtype") ? masque::models::matmul_dtype(params) : masque::DType::f32;
+  const masque::DType dtype = params.has("matmul_dtype")
+                                  ? masque::models::matmul_dtype(params).compute
+                                  : masque::DType::f32;
   const std::int64_t table_mib = params.has("gate_table_mib") ? params.get_int("gate_table_mib")
                                                               : masque::rnn::kDefaultGateTableMib;
   if (table_mib < 0)

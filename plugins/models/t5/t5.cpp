@@ -199,6 +199,7 @@ const masque::ParamSpec kParams[] = {
         "lm_head.weight); generation_config.json, when present, overrides bos/eos/pad. "
         "Runs with the seq2seq task (encoder-decoder route)"),
     masque::models::kMatmulDtypeParam,
+    masque::models::kInt4GroupParam,
 };
 
 }  // namespace

@@ -27,9 +27,9 @@ struct ModelTokens {
 class BOOST_SYMBOL_VISIBLE TransformerModel final : public Model {
  public:
   // Builds the network from `spec`, reading every tensor it names from `checkpoint`; every
-  // matmul computes in `compute` (LinearOptions::compute).
+  // matmul computes in `matmul` (LinearOptions::compute and, for int4, group_size).
   TransformerModel(TransformerSpec spec, const SafeTensors& checkpoint, ModelTokens tokens,
-                   DType compute = DType::f32);
+                   MatmulType matmul = {});
   ~TransformerModel() override;
 
   const TransformerSpec& spec() const { return spec_; }

@@ -29,16 +29,20 @@ namespace masque::transformer {
 // and the tensor otherwise), into Linear layers of one compute type.
 class WeightReader {
  public:
-  WeightReader(const SafeTensors& checkpoint, DType compute)
-      : checkpoint_(checkpoint), compute_(compute) {}
-  Tensor tensor(const TensorSpec& spec) const;  // empty Tensor when the spec is absent
+  WeightReader(const SafeTensors& checkpoint, MatmulType matmul)
+      : checkpoint_(checkpoint), matmul_(matmul) {}
+  Tensor tensor(const TensorSpec& spec) const;  // f32; empty Tensor when the spec is absent
+  // As stored (F32, F16 or BF16), read in place: for tables looked up by row (embeddings).
+  Tensor stored(const TensorSpec& spec) const;
+  // A Linear packs (or quantizes) its weights into a copy; the mapped source pages are then
+  // released (SafeTensors::release), so a loaded model holds each weight once.
   Linear linear(const LinearSpec& spec, Activation activation = Activation::none) const;
   // Several projections of one input as one matmul, outputs in the order given.
   Linear fused(std::span<const LinearSpec> specs, Activation activation = Activation::none) const;
 
  private:
   const SafeTensors& checkpoint_;
-  DType compute_;
+  MatmulType matmul_;
 };
 
 // Activations of one call.
@@ -173,7 +177,9 @@ class Embeddings {
 
  private:
   PositionSpec positions_;
-  Tensor tokens_, learned_, types_;
+  Tensor tokens_;  // as stored in the checkpoint (read in place), rows times scale_ when read
+  float scale_ = 1.0f;
+  Tensor learned_, types_;
   std::shared_ptr<const Sinusoids> sinusoids_;
   Norm norm_;
 };

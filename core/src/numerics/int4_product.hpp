@@ -1,0 +1,65 @@
+// Products with 4-bit weights (internal): the int4 matmul type of Linear.
+//
+// Quantization (docs/precision.md): weight-only, per output feature n in groups of `group`
+// inputs (a multiple of 32; 32 by default). A group's scale is s = bf16(max |w| / 7) (rounded to
+// nearest even; 0 for an all-zero group) and each weight q = round_even(w / s) clamped to
+// [-7, 7] (0 when s is 0): 4 bits a weight plus 16 bits a group (4.5 bits at group 32, like
+// llama.cpp's Q4_0). Storage: per feature, per group, per 32 inputs k0..k0+31 16 bytes, byte j =
+// (q[k0+j] + 8) | (q[k0+16+j] + 8) << 4; the scales as bf16, [out][in / group].
+//
+// A product takes the input rows quantized as int8 does (each row with its own scale
+// sx = max |x| / 127, qx = round_even(x / sx)) and computes, for each row and feature, eight
+// partial sums j = 0..7: per group g (in order) d = the exact int32 sum of qx[k] q[k] over the
+// group's inputs k with k mod 32 in [4j, 4j + 4), then acc[j] = fma(float(d), s_g, acc[j]);
+// y = (((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7))) * sx, then the bias
+// and the activation. Every kernel (AVX2, AVX-512 VNNI, portable C++) computes exactly this, so
+// a row's result depends neither on its batch nor on the thread count or the CPU.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "masque/layers.hpp"
+
+namespace masque::numerics {
+
+struct Int4Weights {
+  std::int64_t in = 0, out = 0, group = 32;
+  std::vector<std::uint8_t> nibbles;  // out * in / 2
+  std::vector<std::uint16_t> scales;  // out * (in / group), bf16
+};
+
+// Whether a layer of `in` inputs can be stored in groups of `group` (a positive multiple of 32
+// that divides `in`).
+bool int4_fits(std::int64_t in, std::int64_t group);
+
+// Quantizes a weight of finite floats stored as `layout` ([out, in] or [in, out]).
+Int4Weights quantize_int4(const float* w, WeightLayout layout, std::int64_t in, std::int64_t out,
+                          std::int64_t group);
+// The same from a tensor in its stored type (F32, BF16, F16), a feature at a time: an [out, in]
+// BF16 checkpoint is never widened whole. RuntimeError for a value that is not finite.
+Int4Weights quantize_int4(const Tensor& w, WeightLayout layout, std::int64_t group);
+
+class Int4Product {
+ public:
+  // `bias`: out floats or null (copied).
+  Int4Product(Int4Weights weights, const float* bias, Activation activation);
+
+  // y[rows, out] from int8 rows qx[rows, in] with their scales sx[rows], on the calling
+  // thread's intra-op threads (output features split between them).
+  void run(const std::int8_t* qx, const float* sx, std::int64_t rows, float* y) const;
+
+  const Int4Weights& weights() const { return weights_; }
+  std::size_t bytes() const;  // what the weights, scales and bias hold
+
+ private:
+  // Features [n_begin, n_end) of the rows, before the bias and the activation.
+  void features(const std::int8_t* qx, const float* sx, std::int64_t rows, std::int64_t n_begin,
+                std::int64_t n_end, float* y) const;
+
+  Int4Weights weights_;
+  std::vector<float> bias_;
+  Activation activation_;
+};
+
+}  // namespace masque::numerics

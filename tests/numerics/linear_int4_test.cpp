@@ -1,0 +1,122 @@
+// int4 products (numerics/int4_product.hpp) against the plain-numpy transcription of their
+// documented quantization and order of sums (int4_reference.py, run at test time), and the
+// properties a run relies on: a row's result does not depend on its batch or the thread count.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "masque/layers.hpp"
+#include "masque/threading.hpp"
+#include "numerics/int4_product.hpp"
+#include "test_support.hpp"
+
+using namespace masque;
+
+namespace {
+
+struct Case {
+  std::int64_t out, in, group, rows;
+  std::vector<float> weight, bias, x, y;
+  std::vector<std::uint8_t> nibbles;
+  std::vector<std::uint16_t> scales;
+};
+
+std::vector<Case> cases() {
+  std::ifstream in(std::string(MASQUE_INT4_FIXTURE) + "/int4_cases.json");
+  REQUIRE(in);
+  const nlohmann::json all = nlohmann::json::parse(in);
+  std::vector<Case> out;
+  for (const auto& c : all)
+    out.push_back({c["out"], c["in"], c["group"], c["rows"], c["weight"], c["bias"], c["x"], c["y"],
+                   c["nibbles"], c["scales"]});
+  return out;
+}
+
+Linear int4_layer(const Case& c) {
+  const Tensor w = Tensor::view(const_cast<float*>(c.weight.data()), {c.out, c.in}, DType::f32);
+  const Tensor b = Tensor::view(const_cast<float*>(c.bias.data()), {c.out}, DType::f32);
+  return Linear(w, b, {.compute = DType::i4, .group_size = static_cast<std::int32_t>(c.group)},
+                Int8Policy::always);
+}
+
+std::vector<float> forward(const Linear& layer, const float* x, std::int64_t rows) {
+  std::vector<float> y(rows * layer.out_features());
+  layer.forward(x, rows, y.data());
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("int4: weights quantize to the reference's nibbles and bf16 scales", "[linear][int4]") {
+  for (const Case& c : cases()) {
+    INFO(c.out << " x " << c.in << ", groups of " << c.group);
+    const numerics::Int4Weights q =
+        numerics::quantize_int4(c.weight.data(), WeightLayout::out_in, c.in, c.out, c.group);
+    CHECK(q.nibbles == c.nibbles);
+    CHECK(q.scales == c.scales);
+    // The same weight stored [in, out] (GPT-2's Conv1D) quantizes the same.
+    std::vector<float> transposed(c.weight.size());
+    for (std::int64_t n = 0; n < c.out; ++n)
+      for (std::int64_t k = 0; k < c.in; ++k) transposed[k * c.out + n] = c.weight[n * c.in + k];
+    const numerics::Int4Weights t =
+        numerics::quantize_int4(transposed.data(), WeightLayout::in_out, c.in, c.out, c.group);
+    CHECK(t.nibbles == c.nibbles);
+    CHECK(t.scales == c.scales);
+  }
+}
+
+TEST_CASE("int4: products equal the numpy reference of the documented sums", "[linear][int4]") {
+  ThreadScope one(1);
+  for (const Case& c : cases()) {
+    INFO(c.out << " x " << c.in << ", groups of " << c.group);
+    const Linear layer = int4_layer(c);
+    REQUIRE(layer.compute() == DType::i4);
+    const std::vector<float> y = forward(layer, c.x.data(), c.rows);
+    double worst = 0;
+    for (std::size_t i = 0; i < y.size(); ++i)
+      worst = std::max(worst, std::abs(double{y[i]} - c.y[i]) / (std::abs(double{c.y[i]}) + 1e-3));
+    // The reference emulates each fused multiply-add in float64: equal but for a rare double
+    // rounding.
+    CHECK(worst <= 1e-6);
+  }
+}
+
+TEST_CASE("int4: a row's result depends neither on its batch nor on the threads",
+          "[linear][int4]") {
+  const Case c = cases().front();
+  const Linear layer = int4_layer(c);
+  std::vector<float> batch, alone;
+  {
+    ThreadScope one(1);
+    batch = forward(layer, c.x.data(), c.rows);
+    for (std::int64_t m = 0; m < c.rows; ++m) {
+      const std::vector<float> row = forward(layer, c.x.data() + m * c.in, 1);
+      alone.insert(alone.end(), row.begin(), row.end());
+    }
+  }
+  CHECK(batch == alone);
+  // Many rows and two threads (output features split between them).
+  std::vector<float> many;
+  for (int copy = 0; copy < 40; ++copy) many.insert(many.end(), c.x.begin(), c.x.end());
+  ThreadScope two(2);
+  const std::vector<float> y = forward(layer, many.data(), 40 * c.rows);
+  for (int copy = 0; copy < 40; ++copy)
+    CHECK(std::equal(batch.begin(), batch.end(), y.begin() + copy * batch.size()));
+}
+
+TEST_CASE("int4: narrow layers and inputs that do not split into groups stay f32",
+          "[linear][int4]") {
+  const Tensor small = Tensor::zeros({64, 64});
+  CHECK(Linear(small, {}, {.compute = DType::i4}, Int8Policy::where_it_pays).compute() ==
+        DType::f32);
+  const Tensor odd = Tensor::zeros({256, 200});  // 200 inputs: not a multiple of 32
+  CHECK(Linear(odd, {}, {.compute = DType::i4}, Int8Policy::where_it_pays).compute() == DType::f32);
+  const Tensor fits = Tensor::zeros({256, 256});
+  const Linear layer(fits, {}, {.compute = DType::i4}, Int8Policy::where_it_pays);
+  CHECK(layer.compute() == DType::i4);
+  CHECK(layer.requested() == DType::i4);
+  CHECK(matmul_summary({{"a", &layer}}) == "int4: all 1 linear layer");
+}
