@@ -14,7 +14,7 @@ namespace masque::chat::jinja {
 struct Expr;
 struct Stmt;
 using ExprPtr = std::unique_ptr<const Expr>;
-using StmtPtr = std::unique_ptr<const Stmt>;
+using StmtPtr = std::unique_ptr<Stmt>;  // not const: the scope pass fills in the *_locals
 using Body = std::vector<StmtPtr>;
 
 struct Expr {
@@ -82,6 +82,8 @@ struct Stmt {
   std::vector<std::pair<ExprPtr, Body>> branches;
   std::vector<MacroParam> params;
   std::vector<std::pair<Target, ExprPtr>> assignments;  // with
+  // The names the scope of body / otherwise starts with undefined (jinja_scopes.hpp).
+  std::vector<std::string> body_locals, otherwise_locals;
 };
 
 }  // namespace masque::chat::jinja

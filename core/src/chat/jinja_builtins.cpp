@@ -1063,8 +1063,10 @@ Value get_item(const Value& object, const Value& index) {
 
 Value get_slice(const Value& object, const Value* start, const Value* stop, const Value* step) {
   if (object.is_undefined()) fail(object.undefined_message());
+  // jinja2 slices with Python's own subscript: anything else fails (no undefined here).
+  if (object.is_dict()) type_error("unhashable type: 'slice'");
   if (!object.is_list() && !object.is_string())
-    return Value::undefined("'" + object.type_name() + " object' cannot be sliced");
+    type_error("'" + object.type_name() + "' object is not subscriptable");
   auto bound = [](const Value* v, const char* what) -> std::optional<std::int64_t> {
     if (!v || v->is_none()) return std::nullopt;
     if (!v->is_int() && !v->is_bool())

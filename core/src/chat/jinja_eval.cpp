@@ -9,17 +9,21 @@ namespace masque::chat::jinja {
 
 namespace {
 
-// A `{% macro %}` as a value: calling it renders its body.
+// A `{% macro %}` as a value: calling it renders its body. It holds the scope it was
+// defined in weakly (that scope holds the macro); once the scope has gone it sees the
+// template's top level.
 class Macro : public Callable {
  public:
-  explicit Macro(const Stmt& definition) : definition_(definition) {}
+  Macro(const Stmt& definition, const Evaluator::FramePtr& closure)
+      : definition_(definition), closure_(closure) {}
   Value call(Evaluator& evaluator, Arguments& arguments) const override {
-    return evaluator.call_macro(definition_, arguments);
+    return evaluator.call_macro(definition_, closure_.lock(), arguments);
   }
   std::string name() const override { return definition_.text; }
 
  private:
   const Stmt& definition_;
+  std::weak_ptr<Evaluator::Frame> closure_;
 };
 
 }  // namespace
@@ -37,16 +41,55 @@ void Evaluator::Frame::set(const std::string& name, Value value) {
     vars.emplace_back(name, std::move(value));
 }
 
-Evaluator::Evaluator(const std::string& source_name, const Dict& globals) : source_(source_name) {
-  for (const auto& [name, value] : globals.entries()) globals_.set(name, value);
-  root_.parent = &globals_;
+void Evaluator::Frame::start_undefined(const std::vector<std::string>& names) {
+  for (const std::string& name : names) set(name, Value::undefined("'" + name + "' is undefined"));
 }
 
-std::string Evaluator::render(const Body& body) {
+// Makes `frame` the evaluator's current scope (and `out` its output, when given) until it
+// goes out of scope, whichever way that happens.
+class Evaluator::Enter {
+ public:
+  Enter(Evaluator& e, FramePtr frame, std::string* out = nullptr)
+      : e_(e), frame_(std::move(frame)), outer_(e.current_), outer_out_(e.out_) {
+    e_.current_ = frame_;
+    if (out) e_.out_ = out;
+  }
+  ~Enter() {
+    e_.current_ = outer_;
+    e_.out_ = outer_out_;
+  }
+  Enter(const Enter&) = delete;
+  Enter& operator=(const Enter&) = delete;
+  Frame& frame() { return *frame_; }
+
+ private:
+  Evaluator& e_;
+  FramePtr frame_, outer_;
+  std::string* outer_out_;
+};
+
+namespace {
+
+Evaluator::FramePtr new_frame(const Evaluator::FramePtr& parent,
+                              const std::vector<std::string>& locals) {
+  auto frame = std::make_shared<Evaluator::Frame>();
+  frame->parent = parent;
+  frame->start_undefined(locals);
+  return frame;
+}
+
+}  // namespace
+
+Evaluator::Evaluator(const std::string& source_name, const Dict& globals) : source_(source_name) {
+  for (const auto& [name, value] : globals.entries()) globals_->set(name, value);
+  root_->parent = globals_;
+}
+
+std::string Evaluator::render(const Body& body, const std::vector<std::string>& locals) {
   std::string out;
-  out_ = &out;
+  root_->start_undefined(locals);
+  Enter top(*this, root_, &out);
   exec(body);
-  out_ = nullptr;
   return out;
 }
 
@@ -67,17 +110,10 @@ void Evaluator::write(const std::string& text, int line) {
     fail_at("the template wrote more than " + std::to_string(kMaxOutput) + " bytes", line);
 }
 
-std::string Evaluator::capture(const Body& body) {
+std::string Evaluator::capture(const Body& body, const std::vector<std::string>& locals) {
   std::string buffer;
-  std::string* outer = out_;
-  out_ = &buffer;
-  try {
-    exec(body);
-  } catch (...) {
-    out_ = outer;
-    throw;
-  }
-  out_ = outer;
+  Enter scope(*this, new_frame(current_, locals), &buffer);
+  exec(body);
   return buffer;
 }
 
@@ -112,31 +148,21 @@ Evaluator::Flow Evaluator::exec(const Stmt& s) {
         exec_set(s);
         return Flow::normal;
       case Stmt::Kind::macro:
-        current_->set(s.text, Value(std::make_shared<const Macro>(s)));
+        current_->set(s.text, Value(std::make_shared<const Macro>(s, current_)));
         return Flow::normal;
       case Stmt::Kind::break_:
         return Flow::break_loop;
       case Stmt::Kind::continue_:
         return Flow::continue_loop;
       case Stmt::Kind::with: {
-        Frame frame;
-        frame.parent = current_;
         std::vector<std::pair<const Target*, Value>> values;  // evaluated outside the new scope
         for (const auto& [target, expr] : s.assignments) values.emplace_back(&target, eval(*expr));
-        Frame* outer = current_;
-        current_ = &frame;
-        try {
-          for (const auto& [target, value] : values) assign(*target, value, s.line);
-          const Flow flow = exec(s.body);
-          current_ = outer;
-          return flow;
-        } catch (...) {
-          current_ = outer;
-          throw;
-        }
+        Enter scope(*this, new_frame(current_, s.body_locals));
+        for (const auto& [target, value] : values) assign(*target, value, s.line);
+        return exec(s.body);
       }
       case Stmt::Kind::filter: {
-        const Value text(capture(s.body));
+        const Value text(capture(s.body, s.body_locals));
         write(python_str(eval_filter(*s.expr, &text)), s.line);
         return Flow::normal;
       }
@@ -149,47 +175,32 @@ Evaluator::Flow Evaluator::exec(const Stmt& s) {
 
 Evaluator::Flow Evaluator::exec_for(const Stmt& s) {
   const List all = iterate(eval(*s.expr));
-  Frame* outer = current_;
+  const FramePtr outer = current_;
   // A loop's `if` filters the items first: loop.index and loop.length count what is left.
   List items;
   if (s.test) {
     for (const Value& item : all) {
-      Frame frame;
-      frame.parent = outer;
-      current_ = &frame;
-      try {
-        assign(s.target, item, s.line);
-        const bool keep = eval(*s.test).truthy();
-        current_ = outer;
-        if (keep) items.push_back(item);
-      } catch (...) {
-        current_ = outer;
-        throw;
-      }
+      Enter scope(*this, new_frame(outer, {}));
+      assign(s.target, item, s.line);
+      if (eval(*s.test).truthy()) items.push_back(item);
     }
   } else {
     items = all;
   }
-  if (items.empty()) return exec(s.otherwise);
+  if (items.empty()) {
+    write(capture(s.otherwise, s.otherwise_locals), s.line);  // in a scope of its own
+    return Flow::normal;
+  }
   auto loop = std::make_shared<LoopState>();
   loop->items = std::make_shared<const List>(std::move(items));
   for (std::size_t i = 0; i < loop->items->size(); ++i) {
     step(s.line);
     loop->index = i;
-    Frame frame;  // each iteration starts from the enclosing scope's values, as in jinja2
-    frame.parent = outer;
-    current_ = &frame;
-    Flow flow;
-    try {
-      assign(s.target, (*loop->items)[i], s.line);
-      frame.set("loop", Value(loop));
-      flow = exec(s.body);
-    } catch (...) {
-      current_ = outer;
-      throw;
-    }
-    current_ = outer;
-    if (flow == Flow::break_loop) break;
+    // Each iteration starts from the enclosing scope's values, as in jinja2.
+    Enter scope(*this, new_frame(outer, s.body_locals));
+    assign(s.target, (*loop->items)[i], s.line);
+    scope.frame().set("loop", Value(loop));
+    if (exec(s.body) == Flow::break_loop) break;
   }
   return Flow::normal;
 }
@@ -199,12 +210,12 @@ void Evaluator::exec_set(const Stmt& s) {
   if (s.kind == Stmt::Kind::set) {
     value = eval(*s.expr);
   } else {
-    value = Value(capture(s.body));
+    value = Value(capture(s.body, s.body_locals));
     if (s.expr) value = eval_filter(*s.expr, &value);
   }
   if (s.target.attribute.empty()) return assign(s.target, value, s.line);
   Value* ns = nullptr;
-  for (Frame* f = current_; f && !ns; f = f->parent) ns = f->find(s.target.names[0]);
+  for (Frame* f = current_.get(); f && !ns; f = f->parent.get()) ns = f->find(s.target.names[0]);
   if (!ns || !ns->is_namespace())
     fail_at("Cannot assign attribute on non-namespace object", s.line);
   ns->as_namespace().attributes.set(s.target.attribute, value);
@@ -229,7 +240,8 @@ void Evaluator::assign(const Target& target, const Value& value, int line) {
   for (std::size_t i = 0; i < items.size(); ++i) current_->set(target.names[i], items[i]);
 }
 
-Value Evaluator::call_macro(const Stmt& macro, const Arguments& arguments) {
+Value Evaluator::call_macro(const Stmt& macro, const FramePtr& closure,
+                            const Arguments& arguments) {
   if (macro_depth_ >= kMaxMacroDepth)
     fail("macros nested more than " + std::to_string(kMaxMacroDepth) +
          " deep (a bound of masque's)");
@@ -248,36 +260,33 @@ Value Evaluator::call_macro(const Stmt& macro, const Arguments& arguments) {
       fail("TypeError: macro '" + macro.text + "' got multiple values for argument '" + key + "'");
     given[i] = &value;
   }
-  Frame frame;
-  frame.parent = &root_;  // a macro sees the template's top level, not its caller's scope
-  Frame* outer = current_;
-  current_ = &frame;
-  ++macro_depth_;
-  try {
-    for (std::size_t i = 0; i < n; ++i) {
-      const MacroParam& p = macro.params[i];
-      if (given[i])
-        frame.set(p.name, *given[i]);
-      else if (p.default_value)
-        frame.set(p.name, eval(*p.default_value));
-      else
-        frame.set(p.name, Value::undefined("parameter '" + p.name + "' was not provided"));
-    }
-    std::string text = capture(macro.body);
-    current_ = outer;
-    --macro_depth_;
-    return Value(std::move(text));
-  } catch (...) {
-    current_ = outer;
-    --macro_depth_;
-    throw;
+  // The macro's scope is over the one it was defined in, not its caller's.
+  Enter scope(*this, new_frame(closure ? closure : root_, macro.body_locals));
+  struct Depth {
+    int& depth;
+    ~Depth() { --depth; }
+  } depth{++macro_depth_};
+  for (std::size_t i = 0; i < n; ++i) {
+    const MacroParam& p = macro.params[i];
+    if (given[i])
+      scope.frame().set(p.name, *given[i]);
+    else if (p.default_value)
+      scope.frame().set(p.name, eval(*p.default_value));
+    else
+      scope.frame().set(p.name, Value::undefined("parameter '" + p.name + "' was not provided"));
   }
+  std::string text;
+  {
+    Enter output(*this, current_, &text);
+    exec(macro.body);
+  }
+  return Value(std::move(text));
 }
 
 // --- expressions ---
 
 Value Evaluator::lookup(const std::string& name) {
-  for (Frame* f = current_; f; f = f->parent)
+  for (Frame* f = current_.get(); f; f = f->parent.get())
     if (Value* v = f->find(name)) return *v;
   return Value::undefined("'" + name + "' is undefined");
 }

@@ -5,6 +5,7 @@
 // macros nested at most kMaxMacroDepth deep, at most kMaxOutput bytes of text.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -23,25 +24,35 @@ class Evaluator {
  public:
   // `globals`: the global functions and the render's variables (those shadow the functions).
   Evaluator(const std::string& source_name, const Dict& globals);
-  std::string render(const Body& body);
-  // A macro's call: its parameters bound in a scope of its own over the template's.
-  Value call_macro(const Stmt& macro, const Arguments& arguments);
-
- private:
+  // `locals`: the names the template's scope starts undefined (resolve_scopes).
+  std::string render(const Body& body, const std::vector<std::string>& locals);
+  // A scope: its names, over the scope around it. Frames are shared so that a macro keeps
+  // the scope it was defined in (a macro defined in a loop or a `with` sees its names).
   struct Frame {
-    Frame* parent = nullptr;
+    std::shared_ptr<Frame> parent;
     std::vector<std::pair<std::string, Value>> vars;
     Value* find(std::string_view name);
     void set(const std::string& name, Value value);
+    void start_undefined(const std::vector<std::string>& names);
   };
+  using FramePtr = std::shared_ptr<Frame>;
+
+  // A macro's call: its parameters bound in a scope of its own over `closure`, the scope it
+  // was defined in (null: the template's top level).
+  Value call_macro(const Stmt& macro, const FramePtr& closure, const Arguments& arguments);
+
+ private:
   enum class Flow { normal, break_loop, continue_loop };
+  class Enter;  // makes a frame the current one for its lifetime
 
   Flow exec(const Body& body);
   Flow exec(const Stmt& stmt);
   Flow exec_for(const Stmt& stmt);
   void exec_set(const Stmt& stmt);
   void assign(const Target& target, const Value& value, int line);
-  std::string capture(const Body& body);  // renders into a string of its own
+  // Renders `body` into a string of its own, in a scope of its own (a set block's, a filter
+  // block's).
+  std::string capture(const Body& body, const std::vector<std::string>& locals);
 
   Value eval(const Expr& e);
   Value eval_node(const Expr& e);
@@ -56,9 +67,9 @@ class Evaluator {
   [[noreturn]] void fail_at(const std::string& message, int line) const;
 
   const std::string& source_;
-  Frame globals_;
-  Frame root_;  // the template's top level, where its `set`s and macros go
-  Frame* current_ = &root_;
+  FramePtr globals_ = std::make_shared<Frame>();
+  FramePtr root_ = std::make_shared<Frame>();  // the template's top level: its sets and macros
+  FramePtr current_ = root_;
   std::string* out_ = nullptr;
   long steps_ = 0;
   int macro_depth_ = 0;

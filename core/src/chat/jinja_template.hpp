@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "chat/jinja_ast.hpp"
 #include "chat/jinja_error.hpp"
@@ -31,6 +32,7 @@ class Template {
  private:
   std::shared_ptr<const std::string> name_;
   std::shared_ptr<const Body> body_;
+  std::vector<std::string> locals_;  // the names the template's scope starts undefined
 };
 
 }  // namespace masque::chat::jinja
