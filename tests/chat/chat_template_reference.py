@@ -10,12 +10,15 @@ tools, documents (None), add_generation_prompt and the tokenizer config's specia
 Usage: chat_template_reference.py SHARED_TOKENIZERS_DIR OUT_DIR
 
 Writes OUT_DIR/chat_expected.jsonl (each of conversations.jsonl through each of the five real
-chat templates, with add_generation_prompt true and false) and OUT_DIR/jinja_expected.jsonl
-(each case of jinja_cases.txt). A render that fails records the error's type and message.
+chat templates, with add_generation_prompt true and false), OUT_DIR/jinja_expected.jsonl
+(each case of jinja_cases.txt) and OUT_DIR/jinja_random.jsonl (random templates mixing
+whitespace control, blocks, loops, assignments, macros and raw blocks, with their renders).
+A render that fails records the error's type and message.
 """
 
 import json
 import os
+import random
 import sys
 from datetime import datetime
 
@@ -180,6 +183,83 @@ def render_cases(out):
         out.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
+RANDOM_CONTEXT = {"x": " hi there ", "y": "Y", "n": 3, "l": [1, "two", 3.0],
+                  "d": {"k": "v", "z": [None, True]}}
+RANDOM_TEXT = [" ", "  ", "\n", "\n\n", "\t", " \n ", "\n  ", "  \n", "", "", "x", "ab",
+               " y ", "\u00a0", "\u3000z"]
+RANDOM_EXPRESSIONS = ["x", "y", "'s'", "n + 1", "l|length", "l[1:]", "d.k", "d['k']", "none",
+                      "l", "d", "1.5", "x ~ n", "l|join(',')", "d|tojson", "'a' if n else 'b'",
+                      "not x", "missing", "x|trim", "x.split()", "l[::-1]|list", "n // 2",
+                      "range(3)|list", "y ~ 'q'"]
+
+
+class RandomTemplate:
+    """Templates to stress the lexer's whitespace rules and the scopes: random text around
+    tags with random whitespace control, nested if/for, set, macros, with, set blocks."""
+
+    def __init__(self, seed):
+        self.rng = random.Random(seed)
+
+    def text(self):
+        return "".join(self.rng.choice(RANDOM_TEXT) for _ in range(self.rng.randint(0, 4)))
+
+    def sign(self):
+        return self.rng.choice(["", "", "-", "+"])
+
+    def block(self, depth):
+        r, out = self.rng, []
+        for _ in range(r.randint(1, 4)):
+            out.append(self.text())
+            p = r.random()
+            if p < 0.3:
+                v = r.choice(["", "", "-"])
+                out.append("{{%s %s %s}}" % (v, r.choice(RANDOM_EXPRESSIONS), r.choice(["", "", "-"])))
+            elif p < 0.45:
+                out.append("{#%s c %s#}" % (self.sign(), self.sign()))
+            elif p < 0.75 and depth < 3:
+                test = r.choice(["true", "false", "n", "x", "l", "missing is defined"])
+                out.append("{%%%s if %s %s%%}" % (self.sign(), test, self.sign()))
+                out.append(self.block(depth + 1))
+                if r.random() < 0.4:
+                    out.append("{%%%s else %s%%}" % (self.sign(), self.sign()))
+                    out.append(self.block(depth + 1))
+                out.append("{%%%s endif %s%%}" % (self.sign(), self.sign()))
+            elif p < 0.9 and depth < 3:
+                items = r.choice(["l", "range(2)", "d", "'ab'"])
+                out.append("{%%%s for i in %s %s%%}" % (self.sign(), items, self.sign()))
+                out.append(self.block(depth + 1))
+                if r.random() < 0.3:
+                    out.append("{{ loop.index }}")
+                out.append("{%%%s endfor %s%%}" % (self.sign(), self.sign()))
+            elif p < 0.95:
+                out.append("{%%%s raw %s%%}%s{{ y }}%s{%%%s endraw %s%%}" % (
+                    self.sign(), r.choice(["", "-"]), self.text(), self.text(), self.sign(),
+                    self.sign()))
+            elif p < 0.97:
+                out.append("{%%%s set %s = %s %s%%}" % (
+                    self.sign(), r.choice(["x", "n", "y", "l"]), r.choice(RANDOM_EXPRESSIONS),
+                    self.sign()))
+            elif p < 0.98 and depth < 3:
+                out.append("{%% macro m%d(a, b='B') %%}[{{ a }}{{ b }}{{ x }}{{ y }}]%s"
+                           "{%% endmacro %%}{{ m%d(n) }}" % (depth, self.block(depth + 1), depth))
+            elif p < 0.99 and depth < 3:
+                out.append("{%% with y = x %%}%s{%% endwith %%}" % self.block(depth + 1))
+            else:
+                out.append("{%% set y %%}%s{%% endset %%}{{ y|length }}" % self.block(depth + 1))
+        out.append(self.text())
+        return "".join(out)
+
+
+def render_random(out, count=1500, seed=48):
+    env = environment()
+    generator = RandomTemplate(seed)
+    for _ in range(count):
+        source = generator.block(0)
+        record = {"template": source, "context": RANDOM_CONTEXT}
+        record.update(outcome(lambda: env.from_string(source).render(**RANDOM_CONTEXT)))
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
 def main():
     tokenizers_dir, out_dir = sys.argv[1], sys.argv[2]
     os.makedirs(out_dir, exist_ok=True)
@@ -187,6 +267,8 @@ def main():
         render_conversations(tokenizers_dir, out)
     with open(os.path.join(out_dir, "jinja_expected.jsonl"), "w", encoding="utf-8") as out:
         render_cases(out)
+    with open(os.path.join(out_dir, "jinja_random.jsonl"), "w", encoding="utf-8") as out:
+        render_random(out)
 
 
 if __name__ == "__main__":

@@ -113,6 +113,35 @@ TEST_CASE("small templates render byte-identical to python3-jinja2") {
                  << cases.size());
 }
 
+TEST_CASE("random templates render byte-identical to python3-jinja2") {
+  // Whitespace control in every combination around nested blocks, loops, assignments, macros,
+  // with and set blocks, raw blocks (chat_template_reference.py's RandomTemplate).
+  const auto cases = read_jsonl(std::string(MASQUE_CHAT_FIXTURE_DIR) + "/jinja_random.jsonl");
+  REQUIRE(cases.size() >= 1000);
+  int identical = 0, both_failed = 0;
+  for (const auto& c : cases) {
+    const std::string source = c["template"];
+    INFO("template " << nlohmann::json(source).dump());
+    std::string got, error;
+    try {
+      got = render(source, Value::from_json(c["context"]).as_dict());
+    } catch (const TemplateError& e) {
+      error = e.what();
+    }
+    if (c.contains("text")) {
+      INFO("masque's error: " << error);
+      CHECK(got == c["text"].get<std::string>());
+      identical += error.empty() && got == c["text"].get<std::string>();
+    } else {
+      INFO("jinja2: " << c["error"] << ": " << c["message"]);
+      CHECK(!error.empty());
+      both_failed += !error.empty();
+    }
+  }
+  WARN(identical << " random templates byte-identical, " << both_failed << " failing in both, of "
+                 << cases.size());
+}
+
 TEST_CASE("syntax errors name the template and the line") {
   TemplateError e = error_of("line one\nline two {% if %}\n");
   CHECK(e.kind() == Kind::syntax);
