@@ -20,6 +20,7 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
 int cmd_train(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
+int cmd_chat_template(int argc, char** argv);
 }  // namespace masque::cli
 
 namespace {
@@ -39,6 +40,7 @@ Commands:
   attention PIPELINE TEXT  draw a layer's attention under the pipeline's mask (SVG, JSON)
   tokenize          run a tokenizer alone: ids, pieces and byte offsets per record
   eval              word and token error rates of hypotheses against references
+  chat-template DIR  render conversations with a model folder's chat template (to check it)
 
 Options:
   -h, --help        this help; `masque COMMAND --help` for a command
@@ -108,6 +110,7 @@ int main(int argc, char** argv) {
     if (command == "eval") return cli::cmd_eval(argc - 1, argv + 1);
     if (command == "train") return cli::cmd_train(argc - 1, argv + 1);
     if (command == "inspect") return cli::cmd_inspect(argc - 1, argv + 1);
+    if (command == "chat-template") return cli::cmd_chat_template(argc - 1, argv + 1);
     std::fprintf(stderr, "masque: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return kExitUsage;
   } catch (const boost::program_options::error& e) {

@@ -19,6 +19,7 @@ packages=(
   libyaml-cpp-dev libicu-dev catch2 nlohmann-json3-dev libsentencepiece-dev sentencepiece
   clang libclang-rt-14-dev libomp-dev  # tests/fuzz: libFuzzer, and OpenMP for clang
   python3 python3-numpy python3-torch
+  python3-jinja2  # the reference renderer of the chat-template tests (tests/chat)
   openmpi-bin libopenmpi-dev  # optional at build time: mpirun masque run (docs/scale-out.md)
   pocketsphinx-en-us  # the CMU Pronouncing Dictionary for the G2P experiment (docs/g2p.md)
   libcld2-dev  # CLD2, the language-identification peer of bench/langid (docs/langid.md)
