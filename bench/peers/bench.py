@@ -33,10 +33,10 @@ PREFILL, NEW_TOKENS, LOGIT_POSITIONS = 512, 128, 8
 PAIRS = {"f32": "F32", "bf16": "BF16", "int8": "Q8_0", "int4": "Q4_0"}
 GGUF_BYTES_PER_WEIGHT = {"F32": 4, "BF16": 2, "Q8_0": 34 / 32, "Q4_0": 18 / 32}
 MASQUE_BYTES_PER_WEIGHT = {"f32": 4, "bf16": 2, "int8": 1, "int4": 0.5}
-# masque's peak RSS per byte of the bf16 folder, from issue 44's measurement on the 0.5B shape
-# (f32 3.8 GiB, bf16 2.9, int8 2.5 for 0.99 GB of weights); replaced by this run's own ratio on
-# the first model that ran the dtype. int4: assumed as int8 until measured.
-RSS_PER_FOLDER_BYTE = {"f32": 4.1, "bf16": 3.2, "int8": 2.7, "int4": 2.7}
+# masque's peak RSS per byte of the bf16 folder before this run has measured one: the 0.5B
+# shape's figures here after commit 09c6bdd (weights held once: f32 2.87, int8 1.63) with a
+# margin, int4 and bf16 assumed; replaced by the run's own ratio on each model that ran the type.
+RSS_PER_FOLDER_BYTE = {"f32": 3.0, "bf16": 2.0, "int8": 1.8, "int4": 1.8}
 GIB = 1 << 30
 
 
@@ -180,7 +180,7 @@ def ensure_folder(a, name):
         check_disk(os.path.join(folder, "x"), 2 * n, a.disk_reserve)
         log(f"bench: writing the {name} folder to {folder} ...")
         subprocess.run([PYTHON, os.path.join(HERE, "make_folder.py"),
-                        os.path.join(HERE, "configs", name + ".json"), folder, "--seed", "1"],
+                        os.path.join(HERE, "configs", name + ".json"), folder],
                        check=True)
     return folder
 
@@ -832,10 +832,10 @@ def main():
         m = {"name": name, "folder": folder, "config": config, "dropped": dropped,
              "bytes": folder_bytes(folder), "prompt": prompt, "head": head, "empty": empty,
              "pipelines": pipelines(a, name, folder, config)}
+        if "logits" in parts:  # first: what is timed must compute the same thing
+            bench_logits(a, m, results, header["skipped"], factors)
         if "speed" in parts:
             bench_speed(a, m, results, header["skipped"], factors)
-        if "logits" in parts:
-            bench_logits(a, m, results, header["skipped"], factors)
     bench_bandwidth(a, results, "end")
     header["load_after"] = loadavg()
     results.append({"bench": "end"})
