@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -21,10 +22,10 @@ namespace {
 constexpr std::int64_t kBlock = 32;  // inputs per 16 bytes of nibbles
 constexpr float kLevels = 7.0f;
 
-float widen(std::uint16_t bf16) {
-  float f;
-  widen_bf16(&bf16, 1, &f);
-  return f;
+// Inline: the kernels widen one scale per group of 32 products (a call per group cost more
+// than the products on one decoding row). Exactly widen_bf16's value.
+inline float widen(std::uint16_t bf16) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bf16) << 16);
 }
 
 std::uint16_t to_bf16(float x) {
