@@ -814,6 +814,8 @@ def main():
         for key in ("notes", "skipped"):
             header[key] = saved.get(key, [])
         header["started"] = saved.get("started", header["started"])
+        if saved.get("commit") and saved["commit"] != header["commit"]:
+            header["commit"] = f"{saved['commit']}, then {header['commit']}"
         header["load_before"] = saved.get("load_before", header["load_before"])
         for row in saved["results"]:
             if row.get("bench") != "end":
