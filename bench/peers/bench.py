@@ -373,7 +373,7 @@ def masque_limit(a, name, dtype, nbytes, factors):
 
 
 def bench_speed(a, m, results, skipped, factors):
-    name, config = m["name"], m["config"]
+    name = m["name"]
     cells = [(d, t) for d in a.dtypes for t in a.threads]
     refused = {}
     for r in range(a.rounds):

@@ -42,7 +42,9 @@ function parseArgs(argv) {
       default: throw new Error(`unknown argument ${argv[i]}`);
     }
   }
-  if (!a.model || !a.prompt) throw new Error("usage: llama_peer.mjs MODEL.gguf --prompt IDS_FILE ...");
+  if (!a.model || !a.prompt) {
+    throw new Error("usage: llama_peer.mjs MODEL.gguf --prompt IDS_FILE ...");
+  }
   return a;
 }
 

@@ -110,7 +110,8 @@ def write_shard(path, tensors, dtype, std, seed):
     header, offset = {}, 0
     for name, shape, _ in tensors:
         nbytes = elements(shape) * itemsize
-        header[name] = {"dtype": tag, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        header[name] = {"dtype": tag, "shape": list(shape),
+                        "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
     header["__metadata__"] = {"format": "pt"}
     text = json.dumps(header, separators=(",", ":")).encode()

@@ -74,7 +74,7 @@ class Folder:
         dtype = {"BF16": np.uint16, "F32": np.float32}.get(info["dtype"])
         if dtype is None:
             sys.exit(f"write_gguf: {name} is {info['dtype']}; only BF16 and F32 are read")
-        begin, end = info["data_offsets"]
+        begin = info["data_offsets"][0]
         shape = tuple(info["shape"])
         return np.memmap(file, dtype=dtype, mode="r", offset=base + begin, shape=shape), \
             info["dtype"]
