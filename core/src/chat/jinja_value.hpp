@@ -20,22 +20,10 @@ namespace masque::chat::jinja {
 class Value;
 using List = std::vector<Value>;
 
-// A Python dict with string keys: insertion order, one entry per key.
-class Dict {
- public:
-  const Value* find(std::string_view key) const;
-  void set(std::string key, Value value);  // replaces an existing key in its place
-  const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
-  std::size_t size() const { return entries_.size(); }
-
- private:
-  std::vector<std::pair<std::string, Value>> entries_;
-};
-
-// `namespace(...)`: the one object a template may change, with `{% set ns.attr = ... %}`.
-struct Namespace {
-  Dict attributes;
-};
+// Defined after Value: a pair holding a Value needs it complete (clang with libstdc++ checks
+// the pair's traits where the vector is declared).
+class Dict;
+struct Namespace;
 
 // A `for` loop's `loop`: one object that moves on with the loop, as jinja2's LoopContext
 // (so `{% set outer = loop %}` in a nested loop reads the outer loop's current index).
@@ -131,6 +119,23 @@ class Value {
                std::shared_ptr<Namespace>, std::shared_ptr<LoopState>,
                std::shared_ptr<const Callable>>
       data_;
+};
+
+// A Python dict with string keys: insertion order, one entry per key.
+class Dict {
+ public:
+  const Value* find(std::string_view key) const;
+  void set(std::string key, Value value);  // replaces an existing key in its place
+  const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
+  std::size_t size() const { return entries_.size(); }
+
+ private:
+  std::vector<std::pair<std::string, Value>> entries_;
+};
+
+// `namespace(...)`: the one object a template may change, with `{% set ns.attr = ... %}`.
+struct Namespace {
+  Dict attributes;
 };
 
 // The arguments of a call, as written: positional ones, then keyword ones.
