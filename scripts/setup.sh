@@ -5,7 +5,9 @@
 #
 #   scripts/setup.sh                       install packages, configure, build the runtime
 #   BUILD_TARGET=all scripts/setup.sh      ... and the tests and benchmarks too
-#   BUILD_DIR=build-asan CMAKE_ARGS="-DMASQUE_SANITIZE=ON" scripts/setup.sh
+#   scripts/setup.sh --sanitize            the ASan + UBSan build (clang) in ./build-asan, which
+#                                          the sanitizer suite and the fuzzers share
+#                                          (cmake/sanitize.cmake)
 #
 # Compiles go through ccache (Debian's) when it is installed, so a rebuild after a pull or a
 # second build directory recompiles only what changed.
@@ -39,6 +41,10 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+if [ "${1:-}" = "--sanitize" ]; then
+  BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo
+  CMAKE_ARGS="-C cmake/sanitize.cmake ${CMAKE_ARGS:-}"
+fi
 BUILD_DIR=${BUILD_DIR:-build}
 launcher=()
 # pch_defines, time_macros: ccache's conditions for caching files built with a precompiled header.

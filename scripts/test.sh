@@ -2,12 +2,16 @@
 # Installs everything, builds, and runs the whole test suite (CTest ends with its summary).
 #
 #   scripts/test.sh                 Release build in ./build
-#   scripts/test.sh --sanitize      AddressSanitizer + UndefinedBehaviorSanitizer build in ./build-asan
+#   scripts/test.sh --sanitize      AddressSanitizer + UndefinedBehaviorSanitizer build (clang) in
+#                                   ./build-asan, which also holds the fuzzers
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+setup_args=()
+build_dir=build
 if [ "${1:-}" = "--sanitize" ]; then
-  export BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo CMAKE_ARGS="-DMASQUE_SANITIZE=ON -DMASQUE_BUILD_BENCH=OFF"
+  setup_args=(--sanitize)
+  build_dir=build-asan
   # oneDNN and OpenMP keep allocations alive on purpose; leaks are not what this run checks.
   export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:${ASAN_OPTIONS:-}"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
@@ -15,7 +19,6 @@ if [ "${1:-}" = "--sanitize" ]; then
   # is already covered by the one-step gradient and resume tests.
   CTEST_ARGS="-LE trajectory"
 fi
-export BUILD_DIR=${BUILD_DIR:-build} BUILD_TARGET=all
-scripts/setup.sh
+BUILD_TARGET=all scripts/setup.sh "${setup_args[@]}"
 # shellcheck disable=SC2086
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" ${CTEST_ARGS:-}
+ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)" ${CTEST_ARGS:-}

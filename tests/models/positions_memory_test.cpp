@@ -75,12 +75,18 @@ TEST_CASE(
 TEST_CASE("encoder-decoder: sinusoidal positions do not grow with max_position_embeddings",
           "[positions]") {
   const ThreadScope one(1);
-  const fs::path claimed =
-      with_positions(shared_dir() / "models" / "aren-transliteration", "encdec");
-  const std::int64_t before = rss_kb();
+  const fs::path real = shared_dir() / "models" / "aren-transliteration";
+  const fs::path claimed = with_positions(real, "encdec");
+  // The plugin library and the allocators are warm before anything is measured: under the
+  // sanitizers loading them alone grows RSS by tens of MB.
+  auto reference = load_model("encoder-decoder", real);
+  std::int64_t before = rss_kb();
+  auto again = load_model("encoder-decoder", real);
+  const std::int64_t real_mb = (rss_kb() - before) / 1024;
+  before = rss_kb();
   auto model = load_model("encoder-decoder", claimed);
   const std::int64_t grown_mb = (rss_kb() - before) / 1024;
-  INFO("RSS grew by " << grown_mb << " MB");
-  CHECK(grown_mb < 32);
+  INFO("RSS grew by " << grown_mb << " MB, by " << real_mb << " MB for the real config");
+  CHECK(grown_mb < real_mb + 16);
   CHECK(model->info().max_positions == kClaimedPositions);
 }
