@@ -7,7 +7,8 @@
 //   bench_int8 [--threads N] [--repeats R] [--min-ms MS] [--filter TEXT] [--grid]
 //
 // One tab-separated line per case: layer, rows, in, out, f32 s, int8 s (Linear, the rule
-// ignored), quantize s, matmul s, epilogue s, int8 / f32, and what the rule picks.
+// ignored), quantize s, matmul s, epilogue s, int8 / f32, what the rule picks, then int4 s and
+// int4 / f32 (groups of 32; "-" where the inputs do not split into them).
 // --grid adds square and skinny shapes between the models' (the calibration sweep).
 #include <algorithm>
 #include <chrono>
@@ -80,6 +81,11 @@ std::vector<Shape2> model_shapes() {
       {"gpt2s fc", 768, 3072, gelu, kAllRows},
       {"gpt2s fc2", 3072, 768, none, kAllRows},
       {"gpt2s head", 768, 50257, none, {1, 32, 128}},
+      // Qwen2.5-0.5B (bench/peers): hidden 896, 14 heads of 64, 2 KV heads, intermediate 4864
+      {"qwen0.5b qkv", 896, 1152, none, kAllRows},
+      {"qwen0.5b o", 896, 896, none, kAllRows},
+      {"qwen0.5b gate-up", 896, 9728, none, kAllRows},
+      {"qwen0.5b down", 4864, 896, none, kAllRows},
   };
 }
 
@@ -191,6 +197,10 @@ void bench_shape(const Options& o, const Shape2& s) {
   const Tensor w = random_tensor({s.out, s.in}, 1), b = random_tensor({s.out}, 3);
   const Linear f32(w, b, {.activation = s.activation});
   const Linear i8(w, b, {.activation = s.activation, .compute = DType::i8});
+  const bool fits4 = s.in % 32 == 0;
+  const Linear i4 =
+      fits4 ? Linear(w, b, {.activation = s.activation, .compute = DType::i4}, Int8Policy::always)
+            : Linear();
   for (std::int64_t rows : s.rows) {
     char name[160];
     std::snprintf(name, sizeof name, "%s\t%lld\t%lld\t%lld", s.layer.c_str(),
@@ -201,9 +211,14 @@ void bench_shape(const Options& o, const Shape2& s) {
     Tensor y;
     const double t32 = median_seconds(o, [&] { f32.forward(x, y); });
     const double t8 = median_seconds(o, [&] { i8.forward(x, y); });
+    const double t4 = fits4 ? median_seconds(o, [&] { i4.forward(x, y); }) : 0.0;
     const Passes p = time_passes(o, s, rows, x);
-    std::printf("%s\t%.3e\t%.3e\t%.3e\t%.3e\t%.3e\t%.2f\t%s\n", name, t32, t8, p.quantize, p.matmul,
+    std::printf("%s\t%.3e\t%.3e\t%.3e\t%.3e\t%.3e\t%.2f\t%s", name, t32, t8, p.quantize, p.matmul,
                 p.epilogue, t8 / t32, int8_pays(s.in, s.out) ? "int8" : "f32");
+    if (fits4)
+      std::printf("\t%.3e\t%.2f\n", t4, t4 / t32);
+    else
+      std::printf("\t-\t-\n");
     std::fflush(stdout);
   }
 }
@@ -242,7 +257,9 @@ int main(int argc, char** argv) {
   std::printf("# isa %d, int8 weight levels %d, threads %d\n",
               static_cast<int>(dnnl::get_effective_cpu_isa()), int8_weight_levels(), o.threads);
   std::printf(
-      "layer\trows\tin\tout\tf32_s\tint8_s\tquantize_s\tmatmul_s\tepilogue_s\tint8/f32\trule\n");
+      "layer\trows\tin\tout\tf32_s\tint8_s\tquantize_s\tmatmul_s\tepilogue_s\tint8/"
+      "f32\trule\tint4_s\t"
+      "int4/f32\n");
   for (const Shape2& s : model_shapes()) bench_shape(o, s);
   if (o.grid)
     for (const Shape2& s : grid_shapes()) bench_shape(o, s);

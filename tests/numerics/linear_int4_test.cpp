@@ -3,9 +3,11 @@
 // properties a run relies on: a row's result does not depend on its batch or the thread count.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <vector>
 
 #include "masque/layers.hpp"
@@ -119,4 +121,44 @@ TEST_CASE("int4: narrow layers and inputs that do not split into groups stay f32
   CHECK(layer.compute() == DType::i4);
   CHECK(layer.requested() == DType::i4);
   CHECK(matmul_summary({{"a", &layer}}) == "int4: all 1 linear layer");
+}
+
+TEST_CASE("int4: every kernel this CPU has gives the portable kernel's bits", "[linear][int4]") {
+  using numerics::Int4Kernel;
+  ThreadScope one(1);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> byte(-127, 127);
+  // Shapes past every tile edge: rows past 4 and 64, features past 8 and 16, groups of 1-4 blocks.
+  for (const auto& [out, in, group, rows] :
+       std::vector<std::array<std::int64_t, 4>>{{37, 256, 32, 9},
+                                                {16, 128, 128, 4},
+                                                {9, 192, 64, 1},
+                                                {40, 512, 32, 70},
+                                                {3, 32, 32, 2}}) {
+    INFO(out << " x " << in << ", groups of " << group << ", " << rows << " rows");
+    std::vector<float> w(out * in), sx(rows);
+    for (float& v : w) v = normal(rng);
+    for (float& v : sx) v = std::abs(normal(rng)) / 127.0f;
+    std::vector<std::int8_t> qx(rows * in);
+    for (auto& v : qx) v = static_cast<std::int8_t>(byte(rng));
+    qx[0] = 127;  // the extremes, against the largest weights
+    qx[1] = -127;
+    const numerics::Int4Product product(
+        numerics::quantize_int4(w.data(), WeightLayout::out_in, in, out, group), nullptr,
+        Activation::none);
+    std::vector<float> portable(rows * out);
+    product.run(Int4Kernel::portable, qx.data(), sx.data(), rows, portable.data());
+    for (const Int4Kernel kernel : {Int4Kernel::avx2, Int4Kernel::avx512_vnni}) {
+      if (!numerics::Int4Product::runs_here(kernel)) {
+        CHECK_THROWS_WITH(product.run(kernel, qx.data(), sx.data(), rows, portable.data()),
+                          Catch::Contains("cannot run"));
+        continue;
+      }
+      INFO(numerics::kernel_name(kernel));
+      std::vector<float> y(rows * out);
+      product.run(kernel, qx.data(), sx.data(), rows, y.data());
+      CHECK(y == portable);
+    }
+  }
 }

@@ -82,23 +82,52 @@ float dot_portable(const std::int8_t* x, const std::uint8_t* nibbles, const std:
   return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
 }
 
+// ---- tiles ---------------------------------------------------------------------------------
+//
+// The vector kernels multiply the stored nibbles (q + 8, in [1, 15]) as unsigned bytes with the
+// signed input bytes, which sums 8 * x on top of each product. Each group's eight lane sums start
+// from the offsets below (-8 times the row's inputs of that lane and group), so they end at d
+// exactly; no pair of products can saturate (2 * 15 * 127 < 2^15).
+
+// Per row and group, eight int32: -8 * the sum of x[k] over the group's inputs k with
+// k mod 32 in [4j, 4j + 4).
+void group_offsets(const std::int8_t* qx, std::int64_t rows, std::int64_t in, std::int64_t group,
+                   std::int32_t* offsets) {
+  const std::int64_t groups = in / group;
+  for (std::int64_t m = 0; m < rows; ++m)
+    for (std::int64_t g = 0; g < groups; ++g) {
+      std::int32_t* o = offsets + (m * groups + g) * 8;
+      std::fill(o, o + 8, 0);
+      const std::int8_t* x = qx + m * in + g * group;
+      for (std::int64_t k = 0; k < group; ++k) o[(k % kBlock) / 4] -= 8 * x[k];
+    }
+}
+
+// A tile's operands: rows m0.. of the input, features n0.. of the weights.
+struct Tile {
+  const std::int8_t* x;         // row m0
+  const std::int32_t* offsets;  // row m0's
+  const float* sx;              // row m0's scale
+  const std::uint8_t* nibbles;  // feature n0's
+  const float* scales;          // the tile's F features' scales as floats, [group][F]
+  float* y;                     // y[m0 * out + n0]
+  std::int64_t in, out, group;
+};
+
 // ---- AVX2 ----------------------------------------------------------------------------------
 
 #define MASQUE_AVX2 __attribute__((target("avx2,fma")))
+// The tiles' loops over rows and features have constant trip counts; unrolled, their sums live
+// in registers (GCC 12 kept them in memory otherwise).
+#define MASQUE_UNROLL _Pragma("GCC unroll 16")
 
+// 32 weights as bytes q + 8, in input order: the 16 bytes of a block in both halves, the second
+// shifted down a nibble.
 MASQUE_AVX2 inline __m256i unpack_block(const std::uint8_t* p) {
-  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i mask = _mm_set1_epi8(0x0f);
-  const __m128i lo = _mm_and_si128(bytes, mask);
-  const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
-  return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
-}
-
-// Eight int32 lanes, lane j the sum of the products of bytes 4j..4j+3 (exact: |x| <= 127 and
-// |w| <= 7, so no 16-bit pair sum saturates).
-MASQUE_AVX2 inline __m256i dot_block(__m256i x, __m256i w) {
-  const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(w, x));
-  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+  const __m256i both =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_and_si256(_mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0)),
+                          _mm256_set1_epi8(0x0f));
 }
 
 MASQUE_AVX2 inline float sum_lanes(__m256 acc) {
@@ -107,34 +136,207 @@ MASQUE_AVX2 inline float sum_lanes(__m256 acc) {
   return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
-// R rows (R <= 4) of one feature: each weight block is unpacked once for all of them.
-template <int R>
-MASQUE_AVX2 void rows_avx2(const std::int8_t* const* x, const std::uint8_t* nibbles,
-                           const std::uint16_t* scales, std::int64_t in, std::int64_t group,
-                           float* out) {
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  const std::int64_t blocks_per_group = group / kBlock;
-  for (std::int64_t g = 0; g < in / group; ++g) {
-    __m256i d[R];
-    for (int r = 0; r < R; ++r) d[r] = _mm256_setzero_si256();
-    for (std::int64_t b = 0; b < blocks_per_group; ++b) {
-      const std::int64_t block = g * blocks_per_group + b;
-      const __m256i w = unpack_block(nibbles + block * 16);
+// R rows by F features: each weight block is unpacked once for the R rows, each input block
+// loaded once for the F features. kOneBlock: groups of 32 (the default), whose sums need no
+// registers across blocks.
+template <int R, int F, bool kOneBlock>
+MASQUE_AVX2 void tile_avx2(const Tile& t) {
+  const std::int64_t groups = t.in / t.group, per_feature = t.in / 2;
+  const std::int64_t group = kOneBlock ? kBlock : t.group;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R][F];
+  MASQUE_UNROLL
+  for (int r = 0; r < R; ++r) MASQUE_UNROLL
+  for (int f = 0; f < F; ++f) acc[r][f] = _mm256_setzero_ps();
+  for (std::int64_t g = 0; g < groups; ++g) {
+    __m256i d[R][F];
+    MASQUE_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const __m256i o =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.offsets + (r * groups + g) * 8));
+      MASQUE_UNROLL
+      for (int f = 0; f < F; ++f) d[r][f] = o;
+    }
+    for (std::int64_t k = g * group; k < (g + 1) * group; k += kBlock) {
+      __m256i w[F];
+      MASQUE_UNROLL
+      for (int f = 0; f < F; ++f) w[f] = unpack_block(t.nibbles + f * per_feature + k / 2);
+      MASQUE_UNROLL
       for (int r = 0; r < R; ++r) {
-        const __m256i xb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r] + block * 32));
-        d[r] = _mm256_add_epi32(d[r], dot_block(xb, w));
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.x + r * t.in + k));
+        MASQUE_UNROLL
+        for (int f = 0; f < F; ++f)
+          d[r][f] =
+              _mm256_add_epi32(d[r][f], _mm256_madd_epi16(_mm256_maddubs_epi16(w[f], x), ones));
       }
     }
-    const __m256 s = _mm256_set1_ps(widen(scales[g]));
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[r]), s, acc[r]);
+    MASQUE_UNROLL
+    for (int f = 0; f < F; ++f) {
+      const __m256 s = _mm256_broadcast_ss(t.scales + g * F + f);
+      MASQUE_UNROLL
+      for (int r = 0; r < R; ++r)
+        acc[r][f] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[r][f]), s, acc[r][f]);
+    }
   }
-  for (int r = 0; r < R; ++r) out[r] = sum_lanes(acc[r]);
+  MASQUE_UNROLL
+  for (int r = 0; r < R; ++r) MASQUE_UNROLL
+  for (int f = 0; f < F; ++f) t.y[r * t.out + f] = sum_lanes(acc[r][f]) * t.sx[r];
 }
 
-bool has_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
+// ---- AVX-512 VNNI --------------------------------------------------------------------------
+//
+// A 512-bit register holds two features' eight lanes (the low half feature n, the high n + 1)
+// against the same input block in both halves, so each feature keeps its own eight sums in the
+// documented order.
+
+#define MASQUE_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+
+// GCC 12's AVX-512 headers start some intrinsics from an undefined register, which it then
+// reports as uninitialized where they are inlined (GCC bug 105593, fixed in GCC 13).
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+MASQUE_VNNI inline __m512i unpack_pair(const std::uint8_t* a, const std::uint8_t* b) {
+  const __m256i va =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
+  const __m256i vb =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+  const __m512i both = _mm512_inserti64x4(_mm512_zextsi256_si512(va), vb, 1);
+  return _mm512_and_si512(_mm512_srlv_epi64(both, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)),
+                          _mm512_set1_epi8(0x0f));
+}
+
+MASQUE_VNNI inline __m512i twice(const void* p) {  // 32 bytes in both halves
+  return _mm512_broadcast_i64x4(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
+}
+
+// R rows by 2P features (P <= 4).
+template <int R, int P, bool kOneBlock>
+MASQUE_VNNI void tile_vnni(const Tile& t) {
+  const std::int64_t groups = t.in / t.group, per_feature = t.in / 2;
+  const std::int64_t group = kOneBlock ? kBlock : t.group;
+  // Lanes 0-7 take feature 2p's scale, lanes 8-15 feature 2p + 1's.
+  __m512i pick[P];
+  MASQUE_UNROLL
+  for (int p = 0; p < P; ++p)
+    pick[p] = _mm512_inserti64x4(_mm512_set1_epi32(2 * p), _mm256_set1_epi32(2 * p + 1), 1);
+  __m512 acc[R][P];
+  MASQUE_UNROLL
+  for (int r = 0; r < R; ++r) MASQUE_UNROLL
+  for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  for (std::int64_t g = 0; g < groups; ++g) {
+    __m512i d[R][P];
+    MASQUE_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const __m512i o = twice(t.offsets + (r * groups + g) * 8);
+      MASQUE_UNROLL
+      for (int p = 0; p < P; ++p) d[r][p] = o;
+    }
+    for (std::int64_t k = g * group; k < (g + 1) * group; k += kBlock) {
+      __m512i w[P];
+      MASQUE_UNROLL
+      for (int p = 0; p < P; ++p)
+        w[p] = unpack_pair(t.nibbles + 2 * p * per_feature + k / 2,
+                           t.nibbles + (2 * p + 1) * per_feature + k / 2);
+      MASQUE_UNROLL
+      for (int r = 0; r < R; ++r) {
+        const __m512i x = twice(t.x + r * t.in + k);
+        MASQUE_UNROLL
+        for (int p = 0; p < P; ++p) d[r][p] = _mm512_dpbusd_epi32(d[r][p], w[p], x);
+      }
+    }
+    const __m512 scales = _mm512_zextps256_ps512(_mm256_loadu_ps(t.scales + g * 2 * P));
+    MASQUE_UNROLL
+    for (int p = 0; p < P; ++p) {
+      const __m512 s = _mm512_permutexvar_ps(pick[p], scales);
+      MASQUE_UNROLL
+      for (int r = 0; r < R; ++r)
+        acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[r][p]), s, acc[r][p]);
+    }
+  }
+  MASQUE_UNROLL
+  for (int r = 0; r < R; ++r) MASQUE_UNROLL
+  for (int p = 0; p < P; ++p) {
+    t.y[r * t.out + 2 * p] = sum_lanes(_mm512_castps512_ps256(acc[r][p])) * t.sx[r];
+    t.y[r * t.out + 2 * p + 1] =
+        sum_lanes(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][p]), 1))) *
+        t.sx[r];
+  }
+}
+
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+bool cpu_has(Int4Kernel kernel) {
+  switch (kernel) {
+    case Int4Kernel::portable:
+      return true;
+    case Int4Kernel::avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Int4Kernel::avx512_vnni:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+             cpu_has(Int4Kernel::avx2);
+  }
+  return false;
+}
+
+using TileFn = void (*)(const Tile&);
+
+// One ISA's tiles: kWide features by 4 rows or 1 row, and one feature by 4 or 1, each for
+// groups of one block and of more.
+struct Tiles {
+  std::int64_t wide;
+  TileFn wide4[2], wide1[2], one4[2], one1[2];  // [kOneBlock]
+};
+
+constexpr Tiles kVnniTiles{8,
+                           {tile_vnni<4, 4, false>, tile_vnni<4, 4, true>},
+                           {tile_vnni<1, 4, false>, tile_vnni<1, 4, true>},
+                           {tile_avx2<4, 1, false>, tile_avx2<4, 1, true>},
+                           {tile_avx2<1, 1, false>, tile_avx2<1, 1, true>}};
+// Four rows by two features use 8 of AVX2's 16 registers for sums (four by four spilled).
+constexpr Tiles kAvx2Tiles{2,
+                           {tile_avx2<4, 2, false>, tile_avx2<4, 2, true>},
+                           {tile_avx2<1, 2, false>, tile_avx2<1, 2, true>},
+                           {tile_avx2<4, 1, false>, tile_avx2<4, 1, true>},
+                           {tile_avx2<1, 1, false>, tile_avx2<1, 1, true>}};
+
+// Rows [m0, m1) by features [n0, n1): feature tiles outside (their weights stay in L1 while the
+// rows pass), 4 rows at a time inside.
+void tiles(const Tiles& kind, Tile t, std::int64_t m0, std::int64_t m1, std::int64_t n0,
+           std::int64_t n1, const std::uint16_t* scales) {
+  const std::int64_t groups = t.in / t.group, per_feature = t.in / 2;
+  const int one_block = t.group == kBlock ? 1 : 0;
+  thread_local std::vector<float> table;  // the feature tile's scales, [group][feature]
+  table.resize(static_cast<std::size_t>(groups * kind.wide));
+  for (std::int64_t n = n0; n < n1;) {
+    const std::int64_t width = n + kind.wide <= n1 ? kind.wide : 1;
+    for (std::int64_t f = 0; f < width; ++f)
+      for (std::int64_t g = 0; g < groups; ++g)
+        table[g * width + f] = widen(scales[(n + f) * groups + g]);
+    for (std::int64_t m = m0; m < m1;) {
+      const bool four = m + 4 <= m1;
+      const Tile tile{.x = t.x + m * t.in,
+                      .offsets = t.offsets + m * groups * 8,
+                      .sx = t.sx + m,
+                      .nibbles = t.nibbles + n * per_feature,
+                      .scales = table.data(),
+                      .y = t.y + m * t.out + n,
+                      .in = t.in,
+                      .out = t.out,
+                      .group = t.group};
+      const TileFn* fn =
+          width > 1 ? (four ? kind.wide4 : kind.wide1) : (four ? kind.one4 : kind.one1);
+      fn[one_block](tile);
+      m += four ? 4 : 1;
+    }
+    n += width;
+  }
 }
 
 }  // namespace
@@ -204,39 +406,60 @@ std::size_t Int4Product::bytes() const {
          bias_.size() * sizeof(float);
 }
 
-void Int4Product::features(const std::int8_t* qx, const float* sx, std::int64_t rows,
-                           std::int64_t n_begin, std::int64_t n_end, float* y) const {
+Int4Kernel Int4Product::best_kernel() {
+  static const Int4Kernel best = cpu_has(Int4Kernel::avx512_vnni) ? Int4Kernel::avx512_vnni
+                                 : cpu_has(Int4Kernel::avx2)      ? Int4Kernel::avx2
+                                                                  : Int4Kernel::portable;
+  return best;
+}
+
+bool Int4Product::runs_here(Int4Kernel kernel) {
+  return cpu_has(kernel);
+}
+
+void Int4Product::features(Int4Kernel kernel, const std::int8_t* qx, const std::int32_t* offsets,
+                           const float* sx, std::int64_t rows, std::int64_t n_begin,
+                           std::int64_t n_end, float* y) const {
   const std::int64_t in = weights_.in, out = weights_.out, group = weights_.group;
   const std::int64_t per_feature = in / 2, groups = in / group;
+  const Tile t{qx, offsets, sx, weights_.nibbles.data(), nullptr, y, in, out, group};
   // Up to 64 rows at a time stay in cache while every feature of the range passes over them.
   constexpr std::int64_t kRowTile = 64;
   for (std::int64_t m0 = 0; m0 < rows; m0 += kRowTile) {
     const std::int64_t m1 = std::min(rows, m0 + kRowTile);
-    for (std::int64_t n = n_begin; n < n_end; ++n) {
-      const std::uint8_t* nib = weights_.nibbles.data() + n * per_feature;
-      const std::uint16_t* sc = weights_.scales.data() + n * groups;
-      std::int64_t m = m0;
-      if (has_avx2()) {
-        float r4[4];
-        for (; m + 4 <= m1; m += 4) {
-          const std::int8_t* x[4] = {qx + m * in, qx + (m + 1) * in, qx + (m + 2) * in,
-                                     qx + (m + 3) * in};
-          rows_avx2<4>(x, nib, sc, in, group, r4);
-          for (int r = 0; r < 4; ++r) y[(m + r) * out + n] = r4[r] * sx[m + r];
-        }
-        for (; m < m1; ++m) {
-          const std::int8_t* x[1] = {qx + m * in};
-          rows_avx2<1>(x, nib, sc, in, group, r4);
-          y[m * out + n] = r4[0] * sx[m];
-        }
-      }
-      for (; m < m1; ++m) y[m * out + n] = dot_portable(qx + m * in, nib, sc, in, group) * sx[m];
+    switch (kernel) {
+      case Int4Kernel::avx512_vnni:
+        tiles(kVnniTiles, t, m0, m1, n_begin, n_end, weights_.scales.data());
+        break;
+      case Int4Kernel::avx2:
+        tiles(kAvx2Tiles, t, m0, m1, n_begin, n_end, weights_.scales.data());
+        break;
+      case Int4Kernel::portable:
+        for (std::int64_t m = m0; m < m1; ++m)
+          for (std::int64_t n = n_begin; n < n_end; ++n)
+            y[m * out + n] = dot_portable(qx + m * in, weights_.nibbles.data() + n * per_feature,
+                                          weights_.scales.data() + n * groups, in, group) *
+                             sx[m];
+        break;
     }
   }
 }
 
 void Int4Product::run(const std::int8_t* qx, const float* sx, std::int64_t rows, float* y) const {
+  run(best_kernel(), qx, sx, rows, y);
+}
+
+void Int4Product::run(Int4Kernel kernel, const std::int8_t* qx, const float* sx, std::int64_t rows,
+                      float* y) const {
+  if (!cpu_has(kernel))
+    throw RuntimeError("int4: this CPU cannot run the " + std::string(kernel_name(kernel)) +
+                       " kernel");
   const std::int64_t out = weights_.out;
+  thread_local std::vector<std::int32_t> offsets;  // kept between calls
+  offsets.resize(static_cast<std::size_t>(rows * (weights_.in / weights_.group) * 8));
+  if (kernel != Int4Kernel::portable)
+    group_offsets(qx, rows, weights_.in, weights_.group, offsets.data());
+  const std::int32_t* o = offsets.data();
   // Few rows stream the weights (memory-bound): a second thread pays for large layers only.
   const double work = 2.0 * rows * weights_.in * out / 4.0;
   const int threads = rows < 16 ? (bytes() >= (1u << 19) ? thread_count() : 1) : threads_for(work);
@@ -244,7 +467,7 @@ void Int4Product::run(const std::int8_t* qx, const float* sx, std::int64_t rows,
   const std::int64_t chunks = (out + 15) / 16;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (std::int64_t c = 0; c < chunks; ++c)
-    features(qx, sx, rows, c * 16, std::min(out, (c + 1) * 16), y);
+    features(kernel, qx, o, sx, rows, c * 16, std::min(out, (c + 1) * 16), y);
   if (!bias_.empty())
     for (std::int64_t m = 0; m < rows; ++m)
       for (std::int64_t n = 0; n < out; ++n) y[m * out + n] += bias_[n];
@@ -252,6 +475,18 @@ void Int4Product::run(const std::int8_t* qx, const float* sx, std::int64_t rows,
     Tensor view = Tensor::view(y, {rows, out}, DType::f32);
     activate(activation_, view);
   }
+}
+
+const char* kernel_name(Int4Kernel kernel) {
+  switch (kernel) {
+    case Int4Kernel::portable:
+      return "portable";
+    case Int4Kernel::avx2:
+      return "avx2";
+    case Int4Kernel::avx512_vnni:
+      return "avx512_vnni";
+  }
+  return "?";
 }
 
 }  // namespace masque::numerics

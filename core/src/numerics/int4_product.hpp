@@ -40,6 +40,10 @@ Int4Weights quantize_int4(const float* w, WeightLayout layout, std::int64_t in, 
 // BF16 checkpoint is never widened whole. RuntimeError for a value that is not finite.
 Int4Weights quantize_int4(const Tensor& w, WeightLayout layout, std::int64_t group);
 
+// The kernels, all giving the same bits; run() takes the best this CPU has.
+enum class Int4Kernel { portable, avx2, avx512_vnni };
+const char* kernel_name(Int4Kernel kernel);
+
 class Int4Product {
  public:
   // `bias`: out floats or null (copied).
@@ -48,14 +52,21 @@ class Int4Product {
   // y[rows, out] from int8 rows qx[rows, in] with their scales sx[rows], on the calling
   // thread's intra-op threads (output features split between them).
   void run(const std::int8_t* qx, const float* sx, std::int64_t rows, float* y) const;
+  // The same with a given kernel (RuntimeError when this CPU cannot run it): for tests.
+  void run(Int4Kernel kernel, const std::int8_t* qx, const float* sx, std::int64_t rows,
+           float* y) const;
+  static Int4Kernel best_kernel();
+  static bool runs_here(Int4Kernel kernel);
 
   const Int4Weights& weights() const { return weights_; }
   std::size_t bytes() const;  // what the weights, scales and bias hold
 
  private:
   // Features [n_begin, n_end) of the rows, before the bias and the activation.
-  void features(const std::int8_t* qx, const float* sx, std::int64_t rows, std::int64_t n_begin,
-                std::int64_t n_end, float* y) const;
+  // `offsets`: per row and group, the vector kernels' starting sums (int4_product.cpp).
+  void features(Int4Kernel kernel, const std::int8_t* qx, const std::int32_t* offsets,
+                const float* sx, std::int64_t rows, std::int64_t n_begin, std::int64_t n_end,
+                float* y) const;
 
   Int4Weights weights_;
   std::vector<float> bias_;
