@@ -196,6 +196,24 @@ TEST_CASE("weights: F32, memory-mapped BF16 and sharded BF16 folders give the sa
   }
 }
 
+TEST_CASE(
+    "weights: matmul_dtype auto computes a BF16 folder in bf16 where the CPU has bf16 matmuls, "
+    "an F32 folder in f32",
+    "[weights]") {
+  ThreadScope one(1);
+  const Folders& f = folders();
+  const DType bf16_folder = bf16_matmul_supported() ? DType::bf16 : DType::f32;
+  for (const auto& [dir, want] : {std::pair{f.bf16, bf16_folder}, std::pair{f.sharded, bf16_folder},
+                                  std::pair{f.f32, DType::f32}}) {
+    INFO(dir.filename().string());
+    const auto model = load_llama(dir, "auto");
+    for (const auto& [name, layer] : model->linear_layers()) CHECK(layer->compute() == want);
+    // The same numbers as asking for that type.
+    CHECK(same_bits(logits_of(*model),
+                    logits_of(*load_llama(dir, want == DType::bf16 ? "bf16" : "f32"))));
+  }
+}
+
 TEST_CASE("weights: a loaded model does not keep its mapped checkpoint resident", "[weights]") {
   ThreadScope one(1);
   const Folders& f = folders();

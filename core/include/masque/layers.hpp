@@ -46,6 +46,10 @@ struct LinearOptions {
   std::int32_t group_size = 32;  // i4: inputs per scale, a multiple of 32
 };
 
+// Whether this CPU has the bf16 instructions (AVX-512 BF16 or AMX) oneDNN's fast bf16 matmuls
+// need; elsewhere a bf16 Linear is refused.
+BOOST_SYMBOL_VISIBLE bool bf16_matmul_supported();
+
 // The largest |q| of int8 weights on this CPU: 127 with VNNI; 63 without (AVX2, AVX-512 before
 // Cascade Lake), where oneDNN adds pairs of int8 products in saturating 16 bits and 7-bit
 // weights keep those sums exact.

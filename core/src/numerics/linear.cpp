@@ -449,6 +449,16 @@ double int8_rate() {
 
 }  // namespace
 
+bool bf16_matmul_supported() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_bf16:
+    case dnnl::cpu_isa::avx512_core_amx:
+      return true;
+    default:
+      return false;
+  }
+}
+
 int int8_weight_levels() {
   static const int levels = [] {
     switch (dnnl::get_effective_cpu_isa()) {

@@ -149,16 +149,6 @@ void product(std::int64_t m, std::int64_t n, std::int64_t k, const void* a, bool
 
 }  // namespace
 
-bool bf16_matmul_supported() {
-  switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::avx512_core_bf16:
-    case dnnl::cpu_isa::avx512_core_amx:
-      return true;
-    default:
-      return false;
-  }
-}
-
 void matmul(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, bool transpose_a,
             const float* b, bool transpose_b, float* c, bool accumulate, const float* bias) {
   product(m, n, k, a, transpose_a, b, transpose_b, c, accumulate, bias, false);

@@ -7,6 +7,7 @@
 #include "masque/layers.hpp"
 #include "masque/params.hpp"
 #include "masque/plugin.hpp"
+#include "masque/safetensors.hpp"
 #include "masque/tensor.hpp"
 
 namespace masque::models {
@@ -14,10 +15,13 @@ namespace masque::models {
 inline constexpr ParamSpec kMatmulDtypeParam{
     .name = "matmul_dtype",
     .type = ParamType::string,
-    .default_value = "f32",
+    .default_value = "auto",
     .help =
         "type of the weights and inputs of every matmul, the output head included "
-        "(attention, norms and activations stay f32): f32 (exact); bf16 for half the "
+        "(attention, norms and activations stay f32): auto (the default) is the folder's own "
+        "type: bf16 for a folder whose weights are stored in bf16, on a CPU with AVX-512 BF16 "
+        "or AMX, f32 otherwise (f16 folders are widened to f32 once, at load); the run summary "
+        "and `masque inspect` say which was taken; f32 (exact); bf16 for half the "
         "weight memory and AMX / AVX-512 BF16 speed at about 3 significant digits (logits "
         "differ from f32 by ~1e-2; needs AVX-512, elsewhere loading fails with a clear "
         "error); int8 for a quarter of the weight memory and AMX / VNNI int8 speed in the "
@@ -35,7 +39,7 @@ inline constexpr ParamSpec kMatmulDtypeParam{
         "one bf16 scale per group, inputs per row as for int8, the same rule for which layers "
         "stay f32 (and layers whose inputs do not split into groups); docs/precision.md has "
         "the format and its measured error",
-    .choices = "f32|bf16|int8|int4"};
+    .choices = "auto|f32|bf16|int8|int4"};
 
 inline constexpr ParamSpec kInt4GroupParam{
     .name = "int4_group_size",
@@ -47,7 +51,21 @@ inline constexpr ParamSpec kInt4GroupParam{
     .min = 32,
     .max = 4096};
 
-inline MatmulType matmul_dtype(const Params& params) {
+// What matmul_dtype auto takes for these weights: bf16 when most of their floating-point bytes
+// are BF16 and the CPU has bf16 matmuls, f32 otherwise.
+inline DType folder_matmul_dtype(const SafeTensors& weights) {
+  std::size_t bf16 = 0, floats = 0;
+  for (const std::string& name : weights.names()) {
+    const SafeTensorEntry& e = weights.entry(name);
+    if (!e.dtype || *e.dtype == DType::i32) continue;
+    floats += e.size;
+    if (*e.dtype == DType::bf16) bf16 += e.size;
+  }
+  return 2 * bf16 > floats && bf16_matmul_supported() ? DType::bf16 : DType::f32;
+}
+
+// The parameters' matmul type; auto is the folder's (folder_matmul_dtype), or f32 without one.
+inline MatmulType matmul_dtype(const Params& params, const SafeTensors* weights = nullptr) {
   const std::string name = params.get_string("matmul_dtype");
   if (name == "bf16") return DType::bf16;
   if (name == "int8") return DType::i8;
@@ -57,6 +75,7 @@ inline MatmulType matmul_dtype(const Params& params) {
       throw ConfigError("int4_group_size: " + std::to_string(group) + " is not a multiple of 32");
     return MatmulType(DType::i4, static_cast<std::int32_t>(group));
   }
+  if (name == "auto" && weights) return folder_matmul_dtype(*weights);
   return DType::f32;  // choices are validated before create()
 }
 

@@ -23,16 +23,13 @@ namespace masque::train {
 // ([out, in] for WeightLayout::out_in as torch nn.Linear; [in, out] for GPT-2's Conv1D), and the
 // type its products take their operands in: f32, or bf16 (x, W and dy rounded to bfloat16 per
 // call, to nearest even; products accumulated and written in f32, so y, dx, dW and db stay f32
-// and dW still accumulates in f32). bf16 needs bf16_matmul_supported().
+// and dW still accumulates in f32). bf16 needs bf16_matmul_supported()
+// (masque/layers.hpp).
 struct LinearShape {
   std::int64_t in = 0, out = 0;
   WeightLayout layout = WeightLayout::out_in;
   DType compute = DType::f32;
 };
-
-// Whether this CPU has the bf16 instructions (AVX-512 BF16 or AMX) oneDNN's fast bf16 matmuls
-// need.
-bool bf16_matmul_supported();
 
 // y[rows, out] = x[rows, in] W^T + b. `bias` may be null. y must not alias x.
 void linear_forward(const LinearShape& shape, const float* x, std::int64_t rows, const float* w,
