@@ -266,17 +266,25 @@ TEST_CASE("models: bad folders are ConfigErrors naming the file and the key or t
     CHECK_THAT(error, Catch::Contains("model.layers.2.mlp.down_proj.weight") &&
                           Catch::Contains("[172, 64]"));
   }
-  SECTION("unsupported rope_scaling") {
-    for (const nlohmann::json& scaling :
-         {nlohmann::json{{"type", "linear"}, {"factor", 2.0}},
-          nlohmann::json{{"rope_type", "llama3"}, {"factor", 8.0}}}) {
+  SECTION("unsupported or incomplete rope_scaling") {
+    // {rope_scaling, what the error names}
+    for (const auto& [scaling, named] : std::vector<std::pair<nlohmann::json, std::string>>{
+             {{{"type", "dynamic"}, {"factor", 2.0}}, "dynamic"},
+             {{{"rope_type", "yarn"}, {"factor", 4.0}}, "yarn"},
+             {{{"rope_type", "llama3"}, {"factor", 8.0}}, "rope_scaling.low_freq_factor"},
+             {{{"type", "linear"}, {"factor", -1.0}}, "rope_scaling.factor"},
+             {{{"rope_type", "llama3"},
+               {"factor", 8.0},
+               {"low_freq_factor", 4.0},
+               {"high_freq_factor", 1.0},
+               {"original_max_position_embeddings", 8192}},
+              "rope_scaling.high_freq_factor"}}) {
       const fs::path dir = edited_folder(
           "llama-rope", llama_folder(), [&](nlohmann::json& c) { c["rope_scaling"] = scaling; },
           nullptr);
       const std::string error = config_error("llama", dir);
       CHECK_THAT(error, Catch::Contains((dir / "config.json").string()) &&
-                            Catch::Contains("rope_scaling") &&
-                            Catch::Contains(scaling.contains("type") ? "linear" : "llama3"));
+                            Catch::Contains("rope_scaling") && Catch::Contains(named));
     }
   }
   SECTION("a negative token id other than -1 (none)") {

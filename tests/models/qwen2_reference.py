@@ -3,14 +3,16 @@
 
 Usage: qwen2_reference.py OUT_DIR
 
-Writes OUT_DIR/qwen2-tied, OUT_DIR/qwen2-window and OUT_DIR/llama-window (config.json,
-model.safetensors) and OUT_DIR/reference.json. The network is a plain-torch float64 transcription of Hugging Face's
+Writes OUT_DIR/qwen2-tied, OUT_DIR/qwen2-window, OUT_DIR/llama-window, OUT_DIR/llama3-rope and
+OUT_DIR/llama-linear-rope (config.json, model.safetensors) and OUT_DIR/reference.json. The network is a plain-torch float64 transcription of Hugging Face's
 modeling_qwen2.py (Qwen2ForCausalLM): RMSNorm pre-norm decoder layers, q/k/v projections with
 biases and an o_proj without, rotate_half RoPE with inv_freq = 1 / theta^(2i/d), grouped-query
 attention (repeat_kv), causal masking with Qwen2's sliding window on the layers its config
 selects (key j hidden from query i when i - j >= sliding_window), a SiLU-gated MLP, a final
 norm and a tied or separate lm_head. llama-window is the same network as a LlamaConfig without
-biases whose Mistral-style sliding_window holds in every layer. python3-torch only;
+biases whose Mistral-style sliding_window holds in every layer; llama3-rope and llama-linear-rope
+rescale the RoPE frequencies as their rope_scaling says (modeling_rope_utils.py's llama3 and
+linear rules). python3-torch only;
 deterministic (fixed seeds).
 """
 import json
@@ -52,6 +54,17 @@ VARIANTS = {
     # a llama config with a sliding_window: every layer windowed; no biases.
     "llama-window": {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
                      "tie_word_embeddings": False, "sliding_window": 4, "attention_bias": False},
+    # Llama 3.1's rope_scaling. head_dim 8 at theta 100: wavelengths 6.3, 19.9, 62.8 and 199,
+    # against 32 / 4 = 8 and 32 / 1 = 32: one frequency kept, one blended, two divided.
+    "llama3-rope": {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+                    "tie_word_embeddings": True, "attention_bias": False, "rope_theta": 100.0,
+                    "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+                                     "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                     "original_max_position_embeddings": 32}},
+    # The older spelling of a linear scaling.
+    "llama-linear-rope": {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+                          "tie_word_embeddings": False, "attention_bias": False,
+                          "rope_scaling": {"type": "linear", "factor": 4.0}},
 }
 
 
@@ -109,13 +122,35 @@ def layer_windows(config):
             for i in range(config["num_hidden_layers"])]
 
 
+def rope_inv_freq(config, d):
+    """modeling_rope_utils: _compute_default_rope_parameters, then _compute_linear_scaling_rope_
+    parameters (inv_freq / factor) or _compute_llama3_parameters."""
+    inv_freq = 1.0 / (config["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64).double() / d))
+    scaling = config.get("rope_scaling") or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "linear":
+        return inv_freq / scaling["factor"]
+    if kind == "llama3":
+        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old_context = scaling["original_max_position_embeddings"]
+        low_freq_wavelen, high_freq_wavelen = old_context / low, old_context / high
+        wavelen = 2 * math.pi / inv_freq
+        inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+        smooth = (old_context / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama
+        is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+        return torch.where(is_medium, smoothed, inv_freq_llama)
+    assert kind == "default", kind
+    return inv_freq
+
+
 def forward(config, w, ids, mask_window=None):
     """Logits [T, V] of one sequence (positions 0..T-1). mask_window: the windowed-causal mask
     strategy's window on top of the model's own (the narrower holds)."""
     c, heads, kv = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"]
     d, T = c // heads, len(ids)
     eps = config["rms_norm_eps"]
-    inv_freq = 1.0 / (config["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64).double() / d))
+    inv_freq = rope_inv_freq(config, d)
     pos = torch.arange(T, dtype=torch.float64)
     freqs = torch.outer(pos, inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)

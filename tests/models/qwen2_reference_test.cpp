@@ -1,4 +1,5 @@
-// The qwen2 plugin (and llama with a Mistral-style sliding_window) against float64 references
+// The qwen2 plugin (and llama with a Mistral-style sliding_window, and with Llama 3.1's and linear
+// rope_scaling) against float64 references
 // from a plain-torch Qwen2 (qwen2_reference.py, run by the models_qwen2_fixture test): logits
 // of single and batched sequences, the sliding window of the config and of the windowed-causal
 // mask strategy, greedy decoding, and KV-cached steps against full forwards.
@@ -56,13 +57,15 @@ Params window_params(std::int64_t window) {
 TEST_CASE("qwen2: logits match the float64 reference, alone and right-padded in a batch",
           "[qwen2]") {
   const ThreadScope one(1);
-  for (const char* name : {"qwen2-tied", "qwen2-window", "llama-window"}) {
+  for (const char* name :
+       {"qwen2-tied", "qwen2-window", "llama-window", "llama3-rope", "llama-linear-rope"}) {
     DYNAMIC_SECTION(name) {
       const json& variant = reference()[name];
       auto model = load_model(variant["plugin"].get<std::string>(), kFixture / name);
       CHECK(model->info().architecture == variant["plugin"].get<std::string>());
       // A sliding_window counts for qwen2 only with use_sliding_window; for llama always.
-      CHECK(model->info().sliding_window == (std::string(name) == "qwen2-tied" ? 0 : 4));
+      const bool windowed = std::string(name).find("window") != std::string::npos;
+      CHECK(model->info().sliding_window == (windowed ? 4 : 0));
       auto causal = load_mask("causal");
       const auto rows = sequences(variant);
       const Batch batch = make_batch(*causal, rows, 7, 3);  // pads must change nothing
@@ -110,7 +113,7 @@ TEST_CASE(
   const ThreadScope one(1);
   auto causal = load_mask("causal");
   auto windowed = load_mask("windowed-causal", window_params(3));
-  for (const char* name : {"qwen2-tied", "qwen2-window", "llama-window"}) {
+  for (const char* name : {"qwen2-tied", "qwen2-window", "llama-window", "llama3-rope"}) {
     for (const MaskStrategy* mask : {causal.get(), windowed.get()}) {
       const bool window3 = mask == windowed.get();
       DYNAMIC_SECTION(name << (window3 ? " under windowed-causal 3" : " under causal")) {

@@ -159,17 +159,33 @@ struct BOOST_SYMBOL_VISIBLE Embedding {
 
 // Rotary position embedding, Hugging Face `rotate_half` convention: within each head the first
 // `rotary_dim` features are rotated as pairs (i, i + rotary_dim/2) by angle
-// position * theta^(-2i/rotary_dim); features past rotary_dim are left alone.
+// position * f_i, f_i = theta^(-2i/rotary_dim) (rescaled as a RopeScaling says); features past
+// rotary_dim are left alone.
 // Angles are computed in double; a table covers positions < min(max_positions,
 // kRotaryTableRows) and others are computed on the fly (the same floats), so memory does not
 // grow with what a config claims.
 inline constexpr std::int32_t kRotaryTableRows = 4096;
+
+// A rescaling of the rotary frequencies, as Hugging Face's `rope_scaling` configures it (its
+// _compute_*_parameters): linear divides every frequency by `factor`; llama3 (Llama 3.1 and
+// later) divides the frequencies whose wavelength 2 pi / f exceeds original_max_positions /
+// low_freq_factor by `factor`, keeps those under original_max_positions / high_freq_factor, and
+// blends the band between: f ((1 - a) / factor + a), a = (original_max_positions / wavelength -
+// low_freq_factor) / (high_freq_factor - low_freq_factor). Neither scales the angles' cos / sin.
+struct RopeScaling {
+  enum class Kind : std::uint8_t { none, linear, llama3 };
+  Kind kind = Kind::none;
+  double factor = 1.0;
+  double low_freq_factor = 1.0, high_freq_factor = 4.0, original_max_positions = 8192.0;
+};
 
 class BOOST_SYMBOL_VISIBLE Rotary {
  public:
   Rotary() = default;
   Rotary(std::int32_t head_dim, double theta, std::int32_t max_positions = 2048,
          std::int32_t rotary_dim = 0 /* 0: head_dim */);
+  Rotary(std::int32_t head_dim, double theta, std::int32_t max_positions, std::int32_t rotary_dim,
+         const RopeScaling& scaling);
 
   std::int32_t head_dim() const { return head_dim_; }
   std::int32_t rotary_dim() const { return rotary_dim_; }

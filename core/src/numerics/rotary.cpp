@@ -10,8 +10,45 @@
 
 namespace masque {
 
+namespace {
+
+void rescale(const RopeScaling& s, std::vector<double>& inv_freq) {
+  constexpr double kPi = 3.14159265358979323846;
+  if (s.kind == RopeScaling::Kind::none) return;
+  if (!(s.factor > 0.0) ||
+      (s.kind == RopeScaling::Kind::llama3 &&
+       (!(s.low_freq_factor > 0.0) || !(s.high_freq_factor > s.low_freq_factor) ||
+        !(s.original_max_positions > 0.0))))
+    throw ConfigError("rotary embedding: invalid rope scaling (factor " + std::to_string(s.factor) +
+                      ", low_freq_factor " + std::to_string(s.low_freq_factor) +
+                      ", high_freq_factor " + std::to_string(s.high_freq_factor) +
+                      ", original_max_position_embeddings " +
+                      std::to_string(s.original_max_positions) + ")");
+  for (double& f : inv_freq) {
+    if (s.kind == RopeScaling::Kind::linear) {
+      f /= s.factor;
+      continue;
+    }
+    const double wavelength = 2.0 * kPi / f;
+    if (wavelength < s.original_max_positions / s.high_freq_factor) continue;
+    if (wavelength > s.original_max_positions / s.low_freq_factor) {
+      f /= s.factor;
+      continue;
+    }
+    const double a = (s.original_max_positions / wavelength - s.low_freq_factor) /
+                     (s.high_freq_factor - s.low_freq_factor);
+    f = (1.0 - a) * f / s.factor + a * f;
+  }
+}
+
+}  // namespace
+
 Rotary::Rotary(std::int32_t head_dim, double theta, std::int32_t max_positions,
                std::int32_t rotary_dim)
+    : Rotary(head_dim, theta, max_positions, rotary_dim, RopeScaling{}) {}
+
+Rotary::Rotary(std::int32_t head_dim, double theta, std::int32_t max_positions,
+               std::int32_t rotary_dim, const RopeScaling& scaling)
     : head_dim_(head_dim),
       rotary_dim_(rotary_dim == 0 ? head_dim : rotary_dim),
       // A config's claim (a million positions) costs nothing: the table covers the first few
@@ -27,6 +64,7 @@ Rotary::Rotary(std::int32_t head_dim, double theta, std::int32_t max_positions,
   inv_freq_.resize(half);
   for (std::int32_t i = 0; i < half; ++i)
     inv_freq_[i] = std::pow(theta_, -2.0 * i / static_cast<double>(rotary_dim_));
+  rescale(scaling, inv_freq_);
   auto table =
       std::make_shared<std::vector<float>>(static_cast<std::size_t>(max_positions_) * 2 * half);
   for (std::int32_t p = 0; p < max_positions_; ++p) {

@@ -733,7 +733,8 @@ class TStack {
     const Rotary* rotary = nullptr;
     for (const BlockSpec& b : spec.blocks)
       if (b.attention.rotary && !rotary_) {
-        rotary_ = std::make_unique<Rotary>(b.attention.head_dim, p.rope_theta, 0, p.rotary_dim);
+        rotary_ = std::make_unique<Rotary>(b.attention.head_dim, p.rope_theta, 0, p.rotary_dim,
+                                           p.rope_scaling);
         rotary = rotary_.get();
       }
     for (const BlockSpec& b : spec.blocks)

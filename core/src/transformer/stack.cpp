@@ -46,7 +46,7 @@ Stack::Stack(const StackSpec& spec, const WeightReader& weights)
   if (p.kind == PositionKind::rotary && !spec.blocks.empty())
     rotary_ = std::make_unique<Rotary>(spec.blocks.front().attention.head_dim, p.rope_theta,
                                        p.max_positions > 0 ? p.max_positions : kRotaryTableRows,
-                                       p.rotary_dim);
+                                       p.rotary_dim, p.rope_scaling);
   blocks_.reserve(spec.blocks.size());
   for (const BlockSpec& b : spec.blocks) blocks_.emplace_back(b, weights, rotary_.get());
 }

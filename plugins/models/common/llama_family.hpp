@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,11 +23,13 @@ struct LlamaFamily {
   std::vector<std::int32_t> windows;  // per layer, 0 = full attention (empty: all full)
 };
 
-// Only unscaled RoPE is implemented: a scaled checkpoint would silently give wrong numbers.
-inline void check_rope_scaling(const JsonConfig& config) {
+// The config's rope_scaling: none, linear or llama3 (masque/layers.hpp, RopeScaling); other
+// types (dynamic, yarn, longrope) are refused, since running them as plain RoPE would silently
+// give other numbers.
+inline RopeScaling rope_scaling(const JsonConfig& config) {
   const nlohmann::json& doc = config.json();
   const auto it = doc.find("rope_scaling");
-  if (it == doc.end() || it->is_null()) return;
+  if (it == doc.end() || it->is_null()) return {};
   if (!it->is_object()) fail(config, "rope_scaling", "expected null or an object");
   std::string type = "?";
   for (const char* key : {"rope_type", "type"}) {
@@ -36,9 +39,37 @@ inline void check_rope_scaling(const JsonConfig& config) {
       break;
     }
   }
-  if (type != "default")
-    fail(config, "rope_scaling",
-         "unsupported RoPE scaling type '" + type + "' (masque implements plain RoPE only)");
+  auto number = [&](const char* key, std::optional<double> fallback) {
+    const auto v = it->find(key);
+    if (v == it->end() || v->is_null()) {
+      if (!fallback)
+        fail(config, std::string("rope_scaling.") + key, "missing (rope_type " + type + ")");
+      return *fallback;
+    }
+    if (!v->is_number() || !(v->get<double>() > 0.0))
+      fail(config, std::string("rope_scaling.") + key, "expected a positive number");
+    return v->get<double>();
+  };
+  RopeScaling s;
+  if (type == "default") return s;
+  if (type == "linear") {
+    s.kind = RopeScaling::Kind::linear;
+    s.factor = number("factor", std::nullopt);
+    return s;
+  }
+  if (type == "llama3") {
+    s.kind = RopeScaling::Kind::llama3;
+    s.factor = number("factor", std::nullopt);
+    s.low_freq_factor = number("low_freq_factor", std::nullopt);
+    s.high_freq_factor = number("high_freq_factor", std::nullopt);
+    s.original_max_positions = number("original_max_position_embeddings", std::nullopt);
+    if (!(s.high_freq_factor > s.low_freq_factor))
+      fail(config, "rope_scaling.high_freq_factor", "must be greater than low_freq_factor");
+    return s;
+  }
+  fail(config, "rope_scaling",
+       "unsupported RoPE scaling type '" + type +
+           "' (masque implements default, linear and llama3)");
 }
 
 inline transformer::TransformerSpec llama_family_spec(const JsonConfig& config,
@@ -65,7 +96,6 @@ inline transformer::TransformerSpec llama_family_spec(const JsonConfig& config,
   const float eps = positive_number(config, "rms_norm_eps", 1e-6);
   const double theta = config.get_number("rope_theta", 10000.0);
   if (!(theta > 0.0)) fail(config, "rope_theta", "must be positive");
-  check_rope_scaling(config);
   if (activation(config, "hidden_act", "silu") != Activation::silu)
     fail(config, "hidden_act",
          "the Llama MLP is implemented for silu only, got '" +
@@ -82,6 +112,7 @@ inline transformer::TransformerSpec llama_family_spec(const JsonConfig& config,
   s.decoder.embeddings.tokens = {prefix + "embed_tokens.weight", {vocab, c}};
   s.decoder.embeddings.positions = {
       .kind = PositionKind::rotary, .max_positions = max_positions, .rope_theta = theta};
+  s.decoder.embeddings.positions.rope_scaling = rope_scaling(config);
   for (std::int32_t l = 0; l < layers; ++l) {
     const std::string p = prefix + "layers." + std::to_string(l) + ".";
     BlockSpec& b = s.decoder.blocks.emplace_back();

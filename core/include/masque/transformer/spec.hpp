@@ -83,9 +83,10 @@ struct PositionSpec {
   double max_timescale = 10000.0;
   bool denominator_half_minus_one = true;
   // rotary (HF rotate_half): the first rotary_dim features of each head (0: all) rotate by
-  // position * theta^(-2i/rotary_dim).
+  // position * theta^(-2i/rotary_dim), rescaled as rope_scaling says.
   double rope_theta = 10000.0;
   std::int32_t rotary_dim = 0;
+  RopeScaling rope_scaling = {};  // (= {}: GCC warns of designated initializers that omit it)
 };
 
 // An additive per-head score bias from relative positions (T5) or distances (ALiBi); see
