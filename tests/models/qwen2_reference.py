@@ -3,14 +3,15 @@
 
 Usage: qwen2_reference.py OUT_DIR
 
-Writes OUT_DIR/qwen2-tied, OUT_DIR/qwen2-window, OUT_DIR/llama-window, OUT_DIR/llama3-rope and
-OUT_DIR/llama-linear-rope (config.json, model.safetensors) and OUT_DIR/reference.json. The network is a plain-torch float64 transcription of Hugging Face's
+Writes OUT_DIR/qwen2-tied, OUT_DIR/qwen2-window, OUT_DIR/llama-window, OUT_DIR/mistral,
+OUT_DIR/llama3-rope and OUT_DIR/llama-linear-rope (config.json, model.safetensors) and OUT_DIR/reference.json. The network is a plain-torch float64 transcription of Hugging Face's
 modeling_qwen2.py (Qwen2ForCausalLM): RMSNorm pre-norm decoder layers, q/k/v projections with
 biases and an o_proj without, rotate_half RoPE with inv_freq = 1 / theta^(2i/d), grouped-query
 attention (repeat_kv), causal masking with Qwen2's sliding window on the layers its config
 selects (key j hidden from query i when i - j >= sliding_window), a SiLU-gated MLP, a final
 norm and a tied or separate lm_head. llama-window is the same network as a LlamaConfig without
-biases whose Mistral-style sliding_window holds in every layer; llama3-rope and llama-linear-rope
+biases whose Mistral-style sliding_window holds in every layer, mistral the same network as a
+MistralConfig with a head_dim other than hidden_size / heads; llama3-rope and llama-linear-rope
 rescale the RoPE frequencies as their rope_scaling says (modeling_rope_utils.py's llama3 and
 linear rules). python3-torch only;
 deterministic (fixed seeds).
@@ -61,11 +62,18 @@ VARIANTS = {
                     "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
                                      "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                      "original_max_position_embeddings": 32}},
+    # Mistral: a head_dim of its own (16 against 32 / 4 heads) and a window in every layer.
+    "mistral": {"model_type": "mistral", "architectures": ["MistralForCausalLM"],
+                "tie_word_embeddings": False, "sliding_window": 4, "head_dim": 16},
     # The older spelling of a linear scaling.
     "llama-linear-rope": {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
                           "tie_word_embeddings": False, "attention_bias": False,
                           "rope_scaling": {"type": "linear", "factor": 4.0}},
 }
+
+
+def head_dim(config):
+    return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
 
 
 def has_bias(config):
@@ -77,7 +85,7 @@ def make_weights(config, seed):
     g = torch.Generator().manual_seed(seed)
     c, inner = config["hidden_size"], config["intermediate_size"]
     heads, kv, v = config["num_attention_heads"], config["num_key_value_heads"], config["vocab_size"]
-    d = c // heads
+    d = head_dim(config)
 
     def rand(*shape, std=0.3):
         # float32 values: the folder stores F32, the reference computes on them in float64.
@@ -115,7 +123,7 @@ def rotate_half(x):
 def layer_windows(config):
     """Qwen2Config.layer_types: sliding_attention for layers >= max_window_layers (with
     use_sliding_window); a llama config's sliding_window: every layer."""
-    if config["model_type"] == "llama":
+    if config["model_type"] in ("llama", "mistral"):
         return [config.get("sliding_window")] * config["num_hidden_layers"]
     window = config["sliding_window"] if config["use_sliding_window"] else None
     return [window if window is not None and i >= config["max_window_layers"] else None
@@ -148,7 +156,7 @@ def forward(config, w, ids, mask_window=None):
     """Logits [T, V] of one sequence (positions 0..T-1). mask_window: the windowed-causal mask
     strategy's window on top of the model's own (the narrower holds)."""
     c, heads, kv = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"]
-    d, T = c // heads, len(ids)
+    d, T = head_dim(config), len(ids)
     eps = config["rms_norm_eps"]
     inv_freq = rope_inv_freq(config, d)
     pos = torch.arange(T, dtype=torch.float64)

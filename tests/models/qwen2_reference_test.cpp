@@ -1,5 +1,5 @@
-// The qwen2 plugin (and llama with a Mistral-style sliding_window, and with Llama 3.1's and linear
-// rope_scaling) against float64 references
+// The qwen2 and mistral plugins (and llama with a Mistral-style sliding_window, and with Llama
+// 3.1's and linear rope_scaling) against float64 references
 // from a plain-torch Qwen2 (qwen2_reference.py, run by the models_qwen2_fixture test): logits
 // of single and batched sequences, the sliding window of the config and of the windowed-causal
 // mask strategy, greedy decoding, and KV-cached steps against full forwards.
@@ -57,14 +57,15 @@ Params window_params(std::int64_t window) {
 TEST_CASE("qwen2: logits match the float64 reference, alone and right-padded in a batch",
           "[qwen2]") {
   const ThreadScope one(1);
-  for (const char* name :
-       {"qwen2-tied", "qwen2-window", "llama-window", "llama3-rope", "llama-linear-rope"}) {
+  for (const char* name : {"qwen2-tied", "qwen2-window", "llama-window", "mistral", "llama3-rope",
+                           "llama-linear-rope"}) {
     DYNAMIC_SECTION(name) {
       const json& variant = reference()[name];
       auto model = load_model(variant["plugin"].get<std::string>(), kFixture / name);
       CHECK(model->info().architecture == variant["plugin"].get<std::string>());
       // A sliding_window counts for qwen2 only with use_sliding_window; for llama always.
-      const bool windowed = std::string(name).find("window") != std::string::npos;
+      const bool windowed =
+          std::string(name).find("window") != std::string::npos || std::string(name) == "mistral";
       CHECK(model->info().sliding_window == (windowed ? 4 : 0));
       auto causal = load_mask("causal");
       const auto rows = sequences(variant);
@@ -89,7 +90,7 @@ TEST_CASE("qwen2: the windowed-causal mask strategy matches the reference's wind
           "[qwen2][windowed-causal]") {
   const ThreadScope one(1);
   auto mask = load_mask("windowed-causal", window_params(3));
-  for (const char* name : {"qwen2-tied", "qwen2-window", "llama-window"}) {
+  for (const char* name : {"qwen2-tied", "qwen2-window", "llama-window", "mistral"}) {
     DYNAMIC_SECTION(name) {
       const json& variant = reference()[name];
       auto model = load_model(variant["plugin"].get<std::string>(), kFixture / name);
@@ -113,7 +114,8 @@ TEST_CASE(
   const ThreadScope one(1);
   auto causal = load_mask("causal");
   auto windowed = load_mask("windowed-causal", window_params(3));
-  for (const char* name : {"qwen2-tied", "qwen2-window", "llama-window", "llama3-rope"}) {
+  for (const char* name :
+       {"qwen2-tied", "qwen2-window", "llama-window", "mistral", "llama3-rope"}) {
     for (const MaskStrategy* mask : {causal.get(), windowed.get()}) {
       const bool window3 = mask == windowed.get();
       DYNAMIC_SECTION(name << (window3 ? " under windowed-causal 3" : " under causal")) {
@@ -146,5 +148,24 @@ TEST_CASE(
         if (!window3) CHECK(generated == variant["greedy_ids"].get<std::vector<TokenId>>());
       }
     }
+  }
+}
+
+TEST_CASE(
+    "mistral: without sliding_window in config.json the window is MistralConfig's 4096, null is "
+    "none",
+    "[qwen2][mistral]") {
+  namespace fs = std::filesystem;
+  for (const bool null_window : {false, true}) {
+    const fs::path dir = scratch_dir(null_window ? "mistral-null-window" : "mistral-no-window");
+    json config = read_json(kFixture / "mistral" / "config.json");
+    if (null_window)
+      config["sliding_window"] = nullptr;
+    else
+      config.erase("sliding_window");
+    write_file(dir / "config.json", config.dump(1));
+    fs::remove(dir / "model.safetensors");
+    fs::create_symlink(kFixture / "mistral" / "model.safetensors", dir / "model.safetensors");
+    CHECK(load_model("mistral", dir)->info().sliding_window == (null_window ? 0 : 4096));
   }
 }
