@@ -84,7 +84,7 @@ not json
                        o);
   REQUIRE(recs.size() == 7);
   CHECK(recs[0].text == "hello");
-  CHECK(recs[0].fields["order"] == nlohmann::json({1, 0}));
+  CHECK(recs[0].fields["order"] == nlohmann::ordered_json({1, 0}));
   CHECK(*recs[1].ids == std::vector<TokenId>{1, 2, 3});
   CHECK(recs[2].error.find("invalid JSON") == 0);
   CHECK(recs[3].error.find("expected a JSON object") == 0);
