@@ -279,8 +279,9 @@ TEST_CASE("models: bad folders are ConfigErrors naming the file and the key or t
                {"high_freq_factor", 1.0},
                {"original_max_position_embeddings", 8192}},
               "rope_scaling.high_freq_factor"}}) {
+      const nlohmann::json& entry = scaling;  // (clang 14 cannot capture a structured binding)
       const fs::path dir = edited_folder(
-          "llama-rope", llama_folder(), [&](nlohmann::json& c) { c["rope_scaling"] = scaling; },
+          "llama-rope", llama_folder(), [&](nlohmann::json& c) { c["rope_scaling"] = entry; },
           nullptr);
       const std::string error = config_error("llama", dir);
       CHECK_THAT(error, Catch::Contains((dir / "config.json").string()) &&
@@ -369,11 +370,12 @@ TEST_CASE("models: ids and positions the model cannot take are RecordErrors") {
       auto model = load_model(plugin, source);
       Batch batch = make_batch(*causal, {{1, 2, 3}, {4, 5}});
       batch.ids[1 * 3 + 1] = vocab + 17;
+      const auto size = vocab;  // (clang 14 cannot capture a structured binding)
       CHECK_THROWS_MATCHES(model->forward(batch), RecordError,
                            Catch::Matchers::Predicate<RecordError>([&](const RecordError& e) {
                              const std::string m = e.what();
-                             return m.find(std::to_string(vocab + 17)) != std::string::npos &&
-                                    m.find(std::to_string(vocab)) != std::string::npos;
+                             return m.find(std::to_string(size + 17)) != std::string::npos &&
+                                    m.find(std::to_string(size)) != std::string::npos;
                            }));
       batch.ids[1 * 3 + 1] = -3;
       CHECK_THROWS_AS(model->start(batch, nullptr), RecordError);

@@ -118,11 +118,12 @@ TEST_CASE("every tokenizer gives the same results from several threads at once",
     for (const auto& t : texts) expected.push_back(tok->encode(t, true).ids);
     std::vector<int> mismatches(3, 0);
     std::vector<std::thread> threads;
+    const auto& tokenizer = tok;  // (clang 14 cannot capture a structured binding)
     for (int th = 0; th < 3; ++th)
       threads.emplace_back([&, th] {
         for (int rep = 0; rep < 4; ++rep)
           for (std::size_t i = (th + rep) % texts.size(); i < texts.size(); i += 1)
-            mismatches[th] += tok->encode(texts[i], true).ids != expected[i];
+            mismatches[th] += tokenizer->encode(texts[i], true).ids != expected[i];
       });
     for (auto& t : threads) t.join();
     CHECK(mismatches == std::vector<int>(3, 0));
