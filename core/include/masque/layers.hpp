@@ -109,9 +109,9 @@ class BOOST_SYMBOL_VISIBLE Linear {
   DType compute() const;    // the type its matmul runs in
   DType requested() const;  // LinearOptions::compute as asked (i8 may run in f32: Int8Policy)
   // Whether a one-row product (decoding) streams the packed weights with masque's own kernel
-  // rather than oneDNN's matmul: f32 layers on AVX-512, where that kernel was checked (at the first
-  // one-row call, which this makes) to give oneDNN's numbers bit for bit (so a row's result does
-  // not depend on its batch).
+  // rather than oneDNN's matmul: f32 layers on AVX-512, int8 layers on CPUs without VNNI, where
+  // that kernel was checked (at the first one-row call, which this makes) to give oneDNN's
+  // numbers bit for bit (so a row's result does not depend on its batch).
   bool streams_one_row() const;
   // Bytes the layer holds for its weights (packed or quantized, with their scales and bias).
   std::size_t weight_bytes() const;

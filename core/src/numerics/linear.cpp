@@ -47,6 +47,7 @@
 #include "masque/threading.hpp"
 #include "numerics/dnnl_context.hpp"
 #include "numerics/int4_product.hpp"
+#include "numerics/int8_row_product.hpp"
 #include "numerics/parallel.hpp"
 #include "numerics/row_product.hpp"
 #include "numerics/simd.hpp"
@@ -160,6 +161,15 @@ struct Linear::Impl {
     std::call_once(row_product_once, [this] { row_product = make_row_product(); });
     return row_product.get();
   }
+  // s8 on oneDNN's gemm driver (no VNNI), one part: one-row products on the plain [out][in]
+  // weights, checked against oneDNN on a probe row (or null). Made at the first one-row call.
+  mutable std::once_flag int8_row_once;
+  mutable std::unique_ptr<numerics::Int8RowProduct> int8_row;
+  std::unique_ptr<numerics::Int8RowProduct> make_int8_row() const;
+  const numerics::Int8RowProduct* one_row_s8() const {
+    std::call_once(int8_row_once, [this] { int8_row = make_int8_row(); });
+    return int8_row.get();
+  }
 
   struct Executable {
     dnnl::primitive product;  // matmul or convolution
@@ -185,6 +195,8 @@ struct Linear::Impl {
   // One part's product: x (rows x the part's depth, dense) into y; row_scales: s8 only.
   void run(std::int64_t rows, std::size_t part, const void* x, float* y,
            const float* row_scales = nullptr) const;
+  // s8: y = act(y * row_scale + bias), in place (the epilogue of every s8 product).
+  void epilogue(std::int64_t rows, float* y, const float* row_scales) const;
   // x rounded to bfloat16 in the calling thread's buffer, part by part: part p's columns of
   // every row, rows x depth, start at rows * begin (a dense operand for each product).
   const std::uint16_t* to_bf16(const float* x, std::int64_t rows) const;
@@ -496,6 +508,33 @@ std::unique_ptr<numerics::RowProduct> Linear::Impl::make_row_product() const {
   return product->calibrate(x.data(), reference.data()) ? std::move(product) : nullptr;
 }
 
+std::unique_ptr<numerics::Int8RowProduct> Linear::Impl::make_int8_row() const {
+  if (compute != dt::s8 || parts.size() != 1 || !numerics::Int8RowProduct::runs_here() ||
+      parts[0].weights_md != dnnl::memory::desc({in, out}, dt::s8, tag::ba))
+    return nullptr;
+  auto product = std::make_unique<numerics::Int8RowProduct>(
+      static_cast<const std::int8_t*>(parts[0].weights.get_data_handle()), in, out,
+      weight_scales.data());
+  // A probe row over the whole int8 range, against oneDNN's own product of it.
+  std::vector<std::int8_t> q(static_cast<std::size_t>(in));
+  std::uint32_t state = 54321;
+  for (auto& v : q) {
+    state = state * 1664525u + 1013904223u;
+    v = static_cast<std::int8_t>(static_cast<int>(state >> 24) % 255 - 127);
+  }
+  const float row_scale = 0.0123f;
+  std::vector<float> reference(static_cast<std::size_t>(out)), ours(reference.size());
+  {
+    ThreadScope one(1);
+    run(1, 0, q.data(), reference.data(), &row_scale);
+    product->run(q.data(), ours.data());
+    epilogue(1, ours.data(), &row_scale);
+  }
+  return std::memcmp(ours.data(), reference.data(), ours.size() * sizeof(float)) == 0
+             ? std::move(product)
+             : nullptr;
+}
+
 std::string matmul_summary(const LinearList& layers) {
   std::size_t asked = 0, quantized = 0;
   DType type = DType::i8;
@@ -587,6 +626,11 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options, 
       throw RuntimeError(std::string("Linear: oneDNN has no ") + to_string(options.compute) +
                          " matmul on this CPU (" + e.what() + ")");
     }
+    // Without VNNI oneDNN's s8 matmul is its gemm driver, which repacks any layout per call:
+    // the plain [out][in] one lets one-row products read the same buffer (Int8RowProduct).
+    if (impl->compute == dt::s8 && impl->parts.size() == 1 &&
+        std::string(pd.impl_info_str()).rfind("gemm", 0) == 0)
+      pd = impl->describe(kPackRows, i, dnnl::memory::desc({impl->in, impl->out}, dt::s8, tag::ba));
     dnnl::memory src = impl->compute == dt::s8
                            ? s8_weights
                            : source_weights(w32, options.layout, impl->in, impl->out, part.begin,
@@ -665,7 +709,7 @@ std::size_t Linear::weight_bytes() const {
 }
 
 bool Linear::streams_one_row() const {
-  return impl_ && impl_->one_row();
+  return impl_ && (impl_->one_row() || impl_->one_row_s8());
 }
 DType Linear::compute() const {
   if (!impl_ || impl_->compute == dt::f32) return DType::f32;
@@ -770,6 +814,13 @@ void Linear::forward(const float* x, std::int64_t rows, float* y) const {
   if (impl_->compute == dt::f32) return impl_->run(rows, 0, x, y);  // one part
   if (impl_->compute == dt::s8) {
     const auto [q, scales] = impl_->to_s8(x, rows);
+    // A few rows (decoding a batch or beams) too: oneDNN's gemm driver repacks the weights for
+    // each call, which costs more than reading them once per row.
+    if (rows < kParallelMinRows)
+      if (const numerics::Int8RowProduct* kernel = impl_->one_row_s8()) {
+        for (std::int64_t r = 0; r < rows; ++r) kernel->run(q + r * impl_->in, y + r * impl_->out);
+        return impl_->epilogue(rows, y, scales);
+      }
     return impl_->run(rows, 0, q, y, scales);
   }
   const std::uint16_t* src = impl_->to_bf16(x, rows);
@@ -799,17 +850,25 @@ void Linear::Impl::run(std::int64_t rows, std::size_t part, const void* x, float
           dnnl_primitive_execute(exe->product.get(), stream.get(), n, args);
       status != dnnl_success)
     throw RuntimeError("Linear: oneDNN product failed (status " + std::to_string(status) + ")");
-  if (compute == dt::s8) {
-    b.row_scales.set_data_handle(const_cast<float*>(row_scales));
-    dnnl_exec_arg_t epilogue_args[4] = {{DNNL_ARG_SRC_0, b.dst.get()},
-                                        {DNNL_ARG_SRC_1, b.row_scales.get()},
-                                        {DNNL_ARG_DST, b.dst.get()},
-                                        {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
-                                         bias_md.is_zero() ? nullptr : bias.get()}};
-    if (dnnl_primitive_execute(exe->epilogue.get(), stream.get(), bias_md.is_zero() ? 3 : 4,
-                               epilogue_args) != dnnl_success)
-      throw RuntimeError("Linear: oneDNN binary (int8 row scales) failed");
-  }
+  stream.wait();
+  if (compute == dt::s8) epilogue(rows, y, row_scales);
+}
+
+void Linear::Impl::epilogue(std::int64_t rows, float* y, const float* row_scales) const {
+  auto exe = get(rows, 0);
+  Bound& b =
+      bound_memories(exe, exe->src_md, exe->dst_md, exe->scratchpad_bytes, exe->row_scales_md);
+  b.dst.set_data_handle(y);
+  b.row_scales.set_data_handle(const_cast<float*>(row_scales));
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC_0, b.dst.get()},
+                             {DNNL_ARG_SRC_1, b.row_scales.get()},
+                             {DNNL_ARG_DST, b.dst.get()},
+                             {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+                              bias_md.is_zero() ? nullptr : bias.get()}};
+  auto& stream = thread_stream();
+  if (dnnl_primitive_execute(exe->epilogue.get(), stream.get(), bias_md.is_zero() ? 3 : 4, args) !=
+      dnnl_success)
+    throw RuntimeError("Linear: oneDNN binary (int8 row scales) failed");
   stream.wait();
 }
 
