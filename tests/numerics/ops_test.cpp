@@ -1,12 +1,14 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "masque/decoding.hpp"
 #include "masque/error.hpp"
 #include "masque/layers.hpp"
 #include "masque/ops.hpp"
+#include "numerics/simd.hpp"
 #include "reference.hpp"
 
 using namespace masque;
@@ -263,4 +265,15 @@ TEST_CASE("concat_rows stacks weights", "[numerics][ops]") {
   REQUIRE(c.shape() == Shape{3, 3});
   CHECK(c.f32()[6] == b.f32()[0]);
   CHECK(c.f32()[5] == a.f32()[5]);
+}
+
+TEST_CASE("fast_exp: close to std::exp, 0 below its range, NaN for NaN", "[numerics][ops]") {
+  for (float x : {-87.0f, -20.0f, -1.0f, 0.0f, 0.5f, 10.0f, 88.0f}) {
+    INFO(x);
+    CHECK(std::abs(numerics::fast_exp(x) - std::exp(x)) <= 4e-7f * std::exp(x));
+  }
+  CHECK(numerics::fast_exp(-100.0f) == 0.0f);
+  CHECK(numerics::fast_exp(-std::numeric_limits<float>::infinity()) == 0.0f);
+  // A NaN (a diverged loss, a corrupt weight) stays NaN, never an int conversion of it.
+  CHECK(std::isnan(numerics::fast_exp(std::numeric_limits<float>::quiet_NaN())));
 }

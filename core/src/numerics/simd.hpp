@@ -15,11 +15,15 @@
 
 namespace masque::numerics {
 
-// e^x for x <= 88 (0 below -87.3, so -inf gives 0); relative error ~2 ulp. Cody-Waite range
-// reduction and a degree-6 polynomial.
+// e^x for x <= 88 (0 below -87.3, so -inf gives 0; NaN gives NaN); relative error ~2 ulp.
+// Cody-Waite range reduction and a degree-6 polynomial.
 inline float fast_exp(float x) {
   // Selects rather than std::clamp (which returns a reference): they keep loops branch-free.
   const bool underflow = x < -87.3f;
+  // A NaN is carried by the result, not converted to an int (undefined behaviour).
+  const bool nan = x != x;
+  const float input = x;
+  x = nan ? 0.0f : x;
   x = x < -87.3f ? -87.3f : x;
   x = x > 88.0f ? 88.0f : x;
   const float n = std::floor(x * 1.44269504088896341f + 0.5f);
@@ -34,7 +38,7 @@ inline float fast_exp(float x) {
   p = p * r * r + r + 1.0f;
   const std::int32_t e = static_cast<std::int32_t>(n) + 127;
   const float y = p * std::bit_cast<float>(e << 23);
-  return underflow ? 0.0f : y;
+  return nan ? input : underflow ? 0.0f : y;
 }
 
 // erf(x) as a rational approximation on [-4, 4] (erf is +-1 to float precision outside);
