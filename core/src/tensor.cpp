@@ -21,6 +21,7 @@ std::size_t dtype_size(DType dtype) {
     case DType::i32:
       return 4;
     case DType::i8:
+    case DType::u8:
     case DType::i4:  // a computation type: two to a byte in Linear's own storage
       return 1;
   }
@@ -41,6 +42,8 @@ const char* to_string(DType dtype) {
       return "I8";
     case DType::i4:
       return "I4";
+    case DType::u8:
+      return "U8";
   }
   return "?";
 }

@@ -85,6 +85,27 @@ struct MatmulType {
 // inputs do not split into groups of group_size also stays f32).
 enum class Int8Policy : std::uint8_t { always, where_it_pays };
 
+// Whether Int8Policy::where_it_pays quantizes a layer of `in` inputs and `out` outputs to
+// `type` (i8 or i4): int8_pays() and, for i4, inputs that split into groups of group_size.
+BOOST_SYMBOL_VISIBLE bool quantizes(std::int64_t in, std::int64_t out, MatmulType type);
+
+// A matmul's weight as Linear quantizes it (LinearOptions::compute i8 or i4), held apart from
+// a Linear: what `masque quantize` writes and a quantized folder loads without quantizing again.
+// i8: `values` I8 [out, in] (|q| <= levels) and `scales` F32 [out], w = q * scale; i4: `values`
+// U8 [out, in / 2] packed as numerics/int4_product.hpp says and `scales` BF16
+// [out, in / group_size] (docs/precision.md).
+struct QuantizedWeight {
+  DType type = DType::i8;
+  Tensor values, scales;
+  std::int32_t group_size = 32;  // i4
+  std::int32_t levels = 127;     // i8: int8_weight_levels() of the CPU that quantized it
+};
+
+// `weight` (F32/F16/BF16 in `layout`, finite) quantized exactly as a Linear of compute type
+// `type.compute` (i8 or i4) quantizes it on this CPU.
+BOOST_SYMBOL_VISIBLE QuantizedWeight quantize_weight(const Tensor& weight, WeightLayout layout,
+                                                     MatmulType type);
+
 // y = act(x W^T + b). The weight is packed once, at construction, into oneDNN's preferred
 // layout and type (a copy: the source tensor, e.g. a mapped file, may go away). oneDNN primitives
 // are created once per (rows, thread count) and reused.
@@ -101,6 +122,13 @@ class BOOST_SYMBOL_VISIBLE Linear {
                        LinearOptions options = {});
   static Linear concat(std::span<const Tensor> weights, std::span<const Tensor> biases,
                        LinearOptions options, Int8Policy policy);
+  // From weights quantized by quantize_weight() (all of one type, input count, group size and
+  // levels), concatenated along `out` like concat(): bit for bit the Linear that quantizing the
+  // source weights at construction gives. An i8 weight quantized to more levels than this CPU
+  // takes (int8_weight_levels()) is widened and quantized again. RuntimeError naming `what`
+  // for parts that disagree or do not have the shapes and types above.
+  static Linear quantized(std::span<const QuantizedWeight> parts, const Tensor& bias,
+                          Activation activation, const std::string& what);
 
   bool empty() const { return impl_ == nullptr; }
   std::int64_t in_features() const;

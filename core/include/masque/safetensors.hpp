@@ -25,7 +25,7 @@ namespace masque {
 struct SafeTensorEntry {
   std::string name;
   std::string dtype_name;      // as in the header: "F32", "BF16", "I64", ...
-  std::optional<DType> dtype;  // set when masque can hold the dtype (F32, F16, BF16, I32)
+  std::optional<DType> dtype;  // set when masque can hold the dtype (F32, F16, BF16, I32, I8, U8)
   Shape shape;
   std::filesystem::path file;  // the shard holding the tensor
   std::size_t offset = 0;      // byte offset of the data in `file`
@@ -39,7 +39,7 @@ class BOOST_SYMBOL_VISIBLE SafeTensors {
   // .safetensors file, or an index .json file.
   static SafeTensors open(const std::filesystem::path& path);
   // A checkpoint held in memory (e.g. freshly initialised weights): the tensors as given (f32,
-  // f16, bf16 or i32), shared rather than copied; `label` names it in messages.
+  // f16, bf16, i32, i8 or u8), shared rather than copied; `label` names it in messages.
   static SafeTensors held(std::map<std::string, Tensor> tensors, std::filesystem::path label);
 
   const std::filesystem::path& path() const;  // what was opened
@@ -51,7 +51,7 @@ class BOOST_SYMBOL_VISIBLE SafeTensors {
   // `__metadata__` of the (first) file.
   const std::map<std::string, std::string>& metadata() const;
 
-  // The tensor as stored (F32, F16, BF16, I32): a zero-copy view of the mapping.
+  // The tensor as stored (F32, F16, BF16, I32, I8, U8): a zero-copy view of the mapping.
   Tensor get(std::string_view name) const;
   // As f32: a zero-copy view for F32, a converted owned copy for F16 / BF16.
   Tensor get_f32(std::string_view name) const;

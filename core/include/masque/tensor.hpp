@@ -15,8 +15,15 @@
 
 namespace masque {
 
-// i8 and i4 name computation types (LinearOptions::compute); tensors hold f32, f16, bf16 or i32.
-enum class DType : std::uint8_t { f32, f16, bf16, i32, i8, i4 };
+// i8 and i4 name computation types (LinearOptions::compute); tensors hold f32, f16, bf16 or i32,
+// and i8 or u8 bytes (quantized weights, as `masque quantize` stores them; u8 packs two 4-bit
+// values).
+enum class DType : std::uint8_t { f32, f16, bf16, i32, i8, i4, u8 };
+
+// F32, F16 or BF16.
+inline bool is_floating(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16;
+}
 
 std::size_t dtype_size(DType dtype);
 const char* to_string(DType dtype);

@@ -184,6 +184,12 @@ struct Linear::Impl {
   mutable std::mutex mutex;
   mutable std::map<Key, std::shared_ptr<const Executable>> cache;
 
+  // Construction: the bias (f32, f16 or bf16 [out], or empty); the int4 product; the parts'
+  // packed weights from w32 (f32, f32 and bf16 layers) or from s8 (int8 layers, quantized).
+  void set_bias(const Tensor& bias);
+  void make_int4(numerics::Int4Weights weights, const Tensor& bias);
+  void pack(const Tensor& w32, WeightLayout layout, const dnnl::memory& s8);
+
   dnnl::primitive_desc describe(std::int64_t rows, std::size_t part,
                                 const dnnl::memory::desc& wmd) const;
   dnnl::primitive_desc describe_convolution(std::int64_t rows, const dnnl::memory::desc& wmd) const;
@@ -566,8 +572,13 @@ bool int8_pays(std::int64_t in, std::int64_t out) {
 Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options)
     : Linear(weight, bias, options, Int8Policy::always) {}
 
+bool quantizes(std::int64_t in, std::int64_t out, MatmulType type) {
+  return (type.compute == DType::i8 || type.compute == DType::i4) && int8_pays(in, out) &&
+         (type.compute == DType::i8 || numerics::int4_fits(in, type.group_size));
+}
+
 Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options, Int8Policy policy) {
-  if (weight.rank() != 2 || weight.dtype() == DType::i32)
+  if (weight.rank() != 2 || !is_floating(weight.dtype()))
     throw RuntimeError("Linear: the weight must be a 2-D floating-point tensor, got " +
                        std::string(to_string(weight.dtype())) + " " + to_string(weight.shape()));
   auto impl = std::make_shared<Impl>();
@@ -578,69 +589,225 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options, 
   impl->requested = options.compute;
   const bool low_bits = options.compute == DType::i8 || options.compute == DType::i4;
   if (low_bits && policy == Int8Policy::where_it_pays &&
-      (!int8_pays(impl->in, impl->out) ||
-       (options.compute == DType::i4 && !numerics::int4_fits(impl->in, options.group_size))))
+      !quantizes(impl->in, impl->out, {options.compute, options.group_size}))
     options.compute = DType::f32;
   if (impl->in == 0 || impl->out == 0)
     throw RuntimeError("Linear: empty weight " + to_string(weight.shape()));
 
   if (options.compute == DType::i4) {  // quantized from the stored type, a feature at a time
-    impl->compute = dt::s8;            // the input rows' type
-    Tensor b32;
-    if (!bias.empty()) {
-      b32 = bias.dtype() == DType::f32 ? bias : bias.to_f32();
-      numerics::require_vector(b32, impl->out, "Linear", "bias");
-    }
-    impl->int4 = std::make_unique<numerics::Int4Product>(
-        numerics::quantize_int4(weight, options.layout, options.group_size),
-        b32.empty() ? nullptr : b32.f32(), options.activation);
+    impl->make_int4(numerics::quantize_int4(weight, options.layout, options.group_size), bias);
     impl_ = std::move(impl);
     return;
   }
   const Tensor w32 = weight.dtype() == DType::f32 ? weight : weight.to_f32();
   impl->compute = compute_type(options.compute);
   impl->convolution = impl->compute == dt::f32 && prefer_convolution(impl->in, impl->out);
-  if (!bias.empty()) {
-    numerics::require_vector(bias.dtype() == DType::f32 ? bias : bias.to_f32(), impl->out, "Linear",
-                             "bias");
-    impl->bias_md = impl->convolution ? dnnl::memory::desc({impl->out}, dt::f32, tag::a)
-                                      : dnnl::memory::desc({1, impl->out}, dt::f32, tag::ab);
-    impl->bias = dnnl::memory(impl->bias_md, cpu_engine());
-    const Tensor b32 = bias.dtype() == DType::f32 ? bias : bias.to_f32();
-    std::memcpy(impl->bias.get_data_handle(), b32.f32(), b32.bytes());
-  }
-  for (const auto& [begin, depth] : input_slices(impl->in, impl->compute))
-    impl->parts.push_back(
-        {.begin = begin, .depth = depth, .weights_md = {}, .weights = {}, .storage = {}});
+  impl->set_bias(bias);
   std::shared_ptr<void> quantized;  // s8: the weight quantized, before packing
   dnnl::memory s8_weights;
   if (impl->compute == dt::s8)
     s8_weights =
         quantize_weights(w32, options.layout, impl->in, impl->out, impl->weight_scales, quantized);
-  for (std::size_t i = 0; i < impl->parts.size(); ++i) {
-    Impl::Part& part = impl->parts[i];
+  impl->pack(w32, options.layout, s8_weights);
+  impl_ = std::move(impl);
+}
+
+void Linear::Impl::set_bias(const Tensor& b) {
+  if (b.empty()) return;
+  const Tensor b32 = b.dtype() == DType::f32 ? b : b.to_f32();
+  numerics::require_vector(b32, out, "Linear", "bias");
+  bias_md = convolution ? dnnl::memory::desc({out}, dt::f32, tag::a)
+                        : dnnl::memory::desc({1, out}, dt::f32, tag::ab);
+  bias = dnnl::memory(bias_md, cpu_engine());
+  std::memcpy(bias.get_data_handle(), b32.f32(), b32.bytes());
+}
+
+void Linear::Impl::make_int4(numerics::Int4Weights weights, const Tensor& b) {
+  compute = dt::s8;  // the input rows' type
+  Tensor b32;
+  if (!b.empty()) {
+    b32 = b.dtype() == DType::f32 ? b : b.to_f32();
+    numerics::require_vector(b32, out, "Linear", "bias");
+  }
+  int4 = std::make_unique<numerics::Int4Product>(std::move(weights),
+                                                 b32.empty() ? nullptr : b32.f32(), activation);
+}
+
+void Linear::Impl::pack(const Tensor& w32, WeightLayout layout, const dnnl::memory& s8) {
+  for (const auto& [begin, depth] : input_slices(in, compute))
+    parts.push_back(
+        {.begin = begin, .depth = depth, .weights_md = {}, .weights = {}, .storage = {}});
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    Part& part = parts[i];
     dnnl::primitive_desc pd;
     try {
-      pd = impl->describe(kPackRows, i, impl->any_weights(i));
+      pd = describe(kPackRows, i, any_weights(i));
     } catch (const dnnl::error& e) {
-      throw RuntimeError(std::string("Linear: oneDNN has no ") + to_string(options.compute) +
+      throw RuntimeError(std::string("Linear: oneDNN has no ") +
+                         (compute == dt::s8     ? "int8"
+                          : compute == dt::bf16 ? "bf16"
+                                                : "f32") +
                          " matmul on this CPU (" + e.what() + ")");
     }
     // Without VNNI oneDNN's s8 matmul is its gemm driver, which repacks any layout per call:
     // the plain [out][in] one lets one-row products read the same buffer (Int8RowProduct).
-    if (impl->compute == dt::s8 && impl->parts.size() == 1 &&
+    if (compute == dt::s8 && parts.size() == 1 &&
         std::string(pd.impl_info_str()).rfind("gemm", 0) == 0)
-      pd = impl->describe(kPackRows, i, dnnl::memory::desc({impl->in, impl->out}, dt::s8, tag::ba));
-    dnnl::memory src = impl->compute == dt::s8
-                           ? s8_weights
-                           : source_weights(w32, options.layout, impl->in, impl->out, part.begin,
-                                            part.depth, impl->convolution);
+      pd = describe(kPackRows, i, dnnl::memory::desc({in, out}, dt::s8, tag::ba));
+    dnnl::memory src = compute == dt::s8 ? s8
+                                         : source_weights(w32, layout, in, out, part.begin,
+                                                          part.depth, convolution);
     part.weights_md = pd.weights_desc();
     part.weights = numerics::layer_memory(part.weights_md, part.storage);
     dnnl::reorder(src, part.weights).execute(thread_stream(), src, part.weights);
   }
   thread_stream().wait();
-  impl_ = std::move(impl);
+}
+
+QuantizedWeight quantize_weight(const Tensor& weight, WeightLayout layout, MatmulType type) {
+  if (weight.rank() != 2 || !is_floating(weight.dtype()))
+    throw RuntimeError("quantize_weight: the weight must be a 2-D floating-point tensor, got " +
+                       std::string(to_string(weight.dtype())) + " " + to_string(weight.shape()));
+  const bool out_in = layout == WeightLayout::out_in;
+  const std::int64_t in = weight.dim(out_in ? 1 : 0), out = weight.dim(out_in ? 0 : 1);
+  QuantizedWeight q;
+  q.type = type.compute;
+  if (type.compute == DType::i4) {
+    numerics::Int4Weights w = numerics::quantize_int4(weight, layout, type.group_size);
+    q.group_size = type.group_size;
+    q.values = Tensor({out, in / 2}, DType::u8);
+    std::memcpy(q.values.raw(), w.nibbles.data(), w.nibbles.size());
+    q.scales = Tensor({out, in / type.group_size}, DType::bf16);
+    std::memcpy(q.scales.raw(), w.scales.data(), w.scales.size() * sizeof(std::uint16_t));
+    return q;
+  }
+  if (type.compute != DType::i8)
+    throw RuntimeError(std::string("quantize_weight: ") + to_string(type.compute) +
+                       " is not a quantized type (i8, i4)");
+  const Tensor w32 = weight.dtype() == DType::f32 ? weight : weight.to_f32();
+  std::vector<float> scales;
+  std::shared_ptr<void> storage;
+  quantize_weights(w32, layout, in, out, scales, storage);
+  const auto& bytes = *std::static_pointer_cast<std::vector<std::int8_t>>(storage);
+  q.levels = int8_weight_levels();
+  q.values = Tensor({out, in}, DType::i8);
+  auto* v = static_cast<std::int8_t*>(q.values.raw());
+  if (out_in)
+    std::memcpy(v, bytes.data(), bytes.size());
+  else  // quantized as [in][out]: transposed
+    for (std::int64_t k = 0; k < in; ++k)
+      for (std::int64_t n = 0; n < out; ++n) v[n * in + k] = bytes[k * out + n];
+  q.scales = Tensor({out});
+  std::memcpy(q.scales.f32(), scales.data(), scales.size() * sizeof(float));
+  return q;
+}
+
+namespace {
+
+// The shapes and types a QuantizedWeight must have; `in` and `out` are its own.
+void check_quantized(const QuantizedWeight& q, std::int64_t in, std::int64_t out,
+                     const std::string& what) {
+  auto fail = [&](const std::string& why) {
+    throw RuntimeError(what + ": quantized weight: " + why);
+  };
+  if (q.type == DType::i4) {
+    if (q.values.dtype() != DType::u8 || q.values.shape() != Shape{out, in / 2})
+      fail("int4 values must be U8 [out, in / 2], got " + std::string(to_string(q.values.dtype())) +
+           " " + to_string(q.values.shape()));
+    if (!numerics::int4_fits(in, q.group_size))
+      fail(std::to_string(in) + " inputs do not split into groups of " +
+           std::to_string(q.group_size));
+    if (q.scales.dtype() != DType::bf16 || q.scales.shape() != Shape{out, in / q.group_size})
+      fail("int4 scales must be BF16 [out, in / group], got " +
+           std::string(to_string(q.scales.dtype())) + " " + to_string(q.scales.shape()));
+  } else if (q.type == DType::i8) {
+    if (q.values.dtype() != DType::i8 || q.values.shape() != Shape{out, in})
+      fail("int8 values must be I8 [out, in], got " + std::string(to_string(q.values.dtype())) +
+           " " + to_string(q.values.shape()));
+    if (q.scales.dtype() != DType::f32 || q.scales.shape() != Shape{out})
+      fail("int8 scales must be F32 [out], got " + std::string(to_string(q.scales.dtype())) + " " +
+           to_string(q.scales.shape()));
+    if (q.levels < 1 || q.levels > 127) fail("levels " + std::to_string(q.levels));
+  } else {
+    fail(std::string("type ") + to_string(q.type) + " is not i8 or i4");
+  }
+}
+
+// The parts' rows one after the other: values and scales as one [sum out, ...] tensor each.
+Tensor concat_quantized_rows(std::span<const QuantizedWeight> parts, bool scales) {
+  std::int64_t rows = 0;
+  for (const QuantizedWeight& p : parts) rows += (scales ? p.scales : p.values).dim(0);
+  const Tensor& first = scales ? parts.front().scales : parts.front().values;
+  Shape shape = first.shape();
+  shape[0] = rows;
+  Tensor out(shape, first.dtype());
+  auto* o = static_cast<std::uint8_t*>(out.raw());
+  for (const QuantizedWeight& p : parts) {
+    const Tensor& t = scales ? p.scales : p.values;
+    std::memcpy(o, t.raw(), t.bytes());
+    o += t.bytes();
+  }
+  return out;
+}
+
+// The weight the parts stand for, widened to f32 [sum out, in] (an i8 weight of more levels than
+// this CPU's int8 takes: quantized again from these values).
+Tensor dequantize_int8(std::span<const QuantizedWeight> parts, std::int64_t in) {
+  const Tensor values = concat_quantized_rows(parts, false);
+  const Tensor scales = concat_quantized_rows(parts, true);
+  Tensor w({values.dim(0), in});
+  const auto* q = static_cast<const std::int8_t*>(values.raw());
+  for (std::int64_t n = 0; n < values.dim(0); ++n)
+    for (std::int64_t k = 0; k < in; ++k)
+      w.f32()[n * in + k] = static_cast<float>(q[n * in + k]) * scales.f32()[n];
+  return w;
+}
+
+}  // namespace
+
+Linear Linear::quantized(std::span<const QuantizedWeight> parts, const Tensor& bias,
+                         Activation activation, const std::string& what) {
+  if (parts.empty()) throw RuntimeError(what + ": no quantized weights");
+  const QuantizedWeight& first = parts.front();
+  const std::int64_t in =
+      first.type == DType::i4 ? first.values.dim(1) * 2 : first.values.dim(first.values.rank() - 1);
+  std::int64_t out = 0;
+  for (const QuantizedWeight& p : parts) {
+    if (p.type != first.type || p.group_size != first.group_size || p.levels != first.levels)
+      throw RuntimeError(what + ": quantized weights of different types, groups or levels");
+    const std::int64_t rows = p.values.rank() == 2 ? p.values.dim(0) : 0;
+    check_quantized(p, in, rows, what);
+    out += rows;
+  }
+  if (first.type == DType::i8 && first.levels > int8_weight_levels())
+    return Linear(dequantize_int8(parts, in), bias,
+                  {.activation = activation, .compute = DType::i8}, Int8Policy::always);
+  auto impl = std::make_shared<Impl>();
+  impl->in = in;
+  impl->out = out;
+  impl->activation = activation;
+  impl->requested = first.type;
+  const Tensor values = concat_quantized_rows(parts, false);
+  const Tensor scales = concat_quantized_rows(parts, true);
+  Linear linear;
+  if (first.type == DType::i4) {
+    numerics::Int4Weights w{in, out, first.group_size,
+                            std::vector<std::uint8_t>(static_cast<std::size_t>(values.bytes())),
+                            std::vector<std::uint16_t>(static_cast<std::size_t>(scales.numel()))};
+    std::memcpy(w.nibbles.data(), values.raw(), values.bytes());
+    std::memcpy(w.scales.data(), scales.raw(), scales.bytes());
+    impl->make_int4(std::move(w), bias);
+  } else {
+    impl->compute = dt::s8;
+    impl->set_bias(bias);
+    impl->weight_scales.assign(scales.f32(), scales.f32() + out);
+    // [out][in] bytes as the [K, N] = [in, out] memory quantize_weights() makes for out_in.
+    dnnl::memory s8(dnnl::memory::desc({in, out}, dt::s8, dnnl::memory::dims{1, in}), cpu_engine(),
+                    const_cast<void*>(values.raw()));
+    impl->pack(Tensor(), WeightLayout::out_in, s8);
+  }
+  linear.impl_ = std::move(impl);
+  return linear;
 }
 
 Linear Linear::concat(std::span<const Tensor> weights, std::span<const Tensor> biases,

@@ -69,13 +69,14 @@ struct DTypeInfo {
   std::optional<DType> dtype;
 };
 
-// Every dtype the safetensors format defines; masque holds four of them.
+// Every dtype the safetensors format defines; masque holds six of them (I8 and U8: quantized
+// weights).
 const DTypeInfo* find_dtype(const std::string& name) {
   static const DTypeInfo table[] = {
       {"F32", 4, DType::f32},    {"F16", 2, DType::f16},       {"BF16", 2, DType::bf16},
       {"I32", 4, DType::i32},    {"F64", 8, std::nullopt},     {"I64", 8, std::nullopt},
       {"U64", 8, std::nullopt},  {"U32", 4, std::nullopt},     {"I16", 2, std::nullopt},
-      {"U16", 2, std::nullopt},  {"I8", 1, std::nullopt},      {"U8", 1, std::nullopt},
+      {"U16", 2, std::nullopt},  {"I8", 1, DType::i8},         {"U8", 1, DType::u8},
       {"BOOL", 1, std::nullopt}, {"F8_E4M3", 1, std::nullopt}, {"F8_E5M2", 1, std::nullopt},
   };
   for (const auto& info : table)
@@ -293,10 +294,7 @@ SafeTensors SafeTensors::held(std::map<std::string, Tensor> tensors, fs::path la
   impl->path = impl->listing = std::move(label);
   for (auto& [name, tensor] : tensors) {
     SafeTensorEntry e{.name = name,
-                      .dtype_name = tensor.dtype() == DType::f32    ? "F32"
-                                    : tensor.dtype() == DType::f16  ? "F16"
-                                    : tensor.dtype() == DType::bf16 ? "BF16"
-                                                                    : "I32",
+                      .dtype_name = to_string(tensor.dtype()),
                       .dtype = tensor.dtype(),
                       .shape = tensor.shape(),
                       .file = impl->path,
@@ -348,7 +346,7 @@ Tensor SafeTensors::get(std::string_view name) const {
   if (const auto it = impl.held.find(name); it != impl.held.end()) return it->second;
   if (!e.dtype)
     fail(e.file, e.name,
-         "dtype " + e.dtype_name + " is not one masque can load (F32, F16, BF16, I32)");
+         "dtype " + e.dtype_name + " is not one masque can load (F32, F16, BF16, I32, I8, U8)");
   const auto& mapping = impl.mappings.at(e.file);
   auto* data = const_cast<std::uint8_t*>(mapping->data() + e.offset);
   std::shared_ptr<void> keepalive(mapping, const_cast<std::uint8_t*>(mapping->data()));
@@ -405,7 +403,9 @@ std::size_t first_non_finite(std::span<const float> values) {
 Tensor SafeTensors::get_f32(std::string_view name) const {
   Tensor t = get(name);
   const SafeTensorEntry& e = entry(name);
-  if (t.dtype() == DType::i32) fail(e.file, e.name, "is I32, expected a floating-point tensor");
+  if (!is_floating(t.dtype()))
+    fail(e.file, e.name,
+         "is " + std::string(to_string(t.dtype())) + ", expected a floating-point tensor");
   if (t.dtype() != DType::f32) t = t.to_f32();
   // One NaN or infinity in a weight turns every result into NaN: refuse it here, by name.
   const std::span<const float> values(t.f32(), static_cast<std::size_t>(t.numel()));
@@ -421,7 +421,9 @@ Tensor SafeTensors::get_float(std::string_view name, const Shape& expected) cons
   if (e.shape != expected)
     fail(e.file, e.name, "has shape " + to_string(e.shape) + ", expected " + to_string(expected));
   Tensor t = get(name);
-  if (t.dtype() == DType::i32) fail(e.file, e.name, "is I32, expected a floating-point tensor");
+  if (!is_floating(t.dtype()))
+    fail(e.file, e.name,
+         "is " + std::string(to_string(t.dtype())) + ", expected a floating-point tensor");
   const auto n = static_cast<std::size_t>(t.numel());
   std::size_t bad = n;
   bool nan = false;
