@@ -14,14 +14,11 @@ Attention::Attention(const AttentionSpec& spec, const WeightReader& weights, con
       rotary_(spec.rotary ? rotary : nullptr),
       out_(weights.linear(spec.output)) {
   if (spec.rotary && !rotary) throw ConfigError("attention: rotary positions without a table");
-  if (spec.cross) {
-    if (spec.projections.size() != 3)
-      throw ConfigError("attention: cross-attention needs q, k and v projections");
-    qkv_ = weights.linear(spec.projections[0]);
-    kv_ = weights.fused(std::span(spec.projections).subspan(1));
-  } else {
-    qkv_ = weights.fused(spec.projections);
-  }
+  if (spec.cross && spec.projections.size() != 3)
+    throw ConfigError("attention: cross-attention needs q, k and v projections");
+  const auto groups = projection_groups(spec);
+  qkv_ = weights.fused(groups.front());
+  if (spec.cross) kv_ = weights.fused(groups.back());
   const RelativeBiasSpec& rb = spec.relative_bias;
   if (rb.kind != RelativeBiasKind::none) {
     bias_table_ = std::make_shared<const Tensor>(weights.tensor(rb.table));

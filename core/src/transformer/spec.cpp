@@ -93,6 +93,37 @@ std::vector<Parameter> parameters(const TransformerSpec& spec) {
   return c.take();
 }
 
+std::vector<std::span<const LinearSpec>> projection_groups(const AttentionSpec& a) {
+  const std::span<const LinearSpec> all(a.projections);
+  if (a.cross && all.size() == 3) return {all.first(1), all.subspan(1)};
+  return {all};
+}
+
+std::vector<std::vector<LinearSpec>> matmuls(const TransformerSpec& spec) {
+  std::vector<std::vector<LinearSpec>> out;
+  auto add = [&](std::span<const LinearSpec> group) {
+    if (!group.empty() && group.front().weight.present())
+      out.emplace_back(group.begin(), group.end());
+  };
+  auto attention = [&](const AttentionSpec& a) {
+    for (const auto& group : projection_groups(a)) add(group);
+    add(std::span(&a.output, 1));
+  };
+  auto stack = [&](const StackSpec& s) {
+    for (const BlockSpec& b : s.blocks) {
+      attention(b.attention);
+      if (b.has_cross()) attention(b.cross_attention);
+      add(b.mlp.in);
+      add(std::span(&b.mlp.out, 1));
+    }
+  };
+  if (spec.encoder_decoder()) stack(spec.encoder);
+  stack(spec.decoder);
+  add(std::span(&spec.head.transform, 1));
+  add(std::span(&spec.head.output, 1));
+  return out;
+}
+
 const char* to_string(NormKind kind) {
   return kind == NormKind::layer_norm ? "layer_norm" : "rms_norm";
 }

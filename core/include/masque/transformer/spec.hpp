@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -202,6 +203,14 @@ struct Parameter {
 // Every distinct parameter of the spec (a tied head's weight is listed once, as the
 // embedding), in a stable order: encoder, decoder, head.
 std::vector<Parameter> parameters(const TransformerSpec& spec);
+
+// The projections each Linear of an attention block fuses, outputs in this order: {q, k, v}
+// (or the one fused tensor) for self-attention; {q} and {k, v} for cross-attention.
+std::vector<std::span<const LinearSpec>> projection_groups(const AttentionSpec& attention);
+
+// Every matmul the tier builds for the spec, each as the LinearSpecs one Linear fuses (outputs
+// concatenated in order): attention projections and outputs, MLP inputs and outputs, the head.
+std::vector<std::vector<LinearSpec>> matmuls(const TransformerSpec& spec);
 
 const char* to_string(NormKind kind);
 const char* to_string(PositionKind kind);
