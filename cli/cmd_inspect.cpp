@@ -13,11 +13,13 @@
 #include <nlohmann/json.hpp>
 
 #include "common.hpp"
+#include "io/read_file.hpp"
 #include "masque/error.hpp"
 #include "masque/model.hpp"
 #include "masque/tokenizer.hpp"
 #include "masque/tokenizer_files.hpp"
 #include "masque/transformer/model.hpp"
+#include "masque/transformer/quantized_folder.hpp"
 #include "model_folder.hpp"
 #include "tasks/task.hpp"
 
@@ -105,6 +107,19 @@ json weights_json(const fs::path& dir) {
     const SafeTensorEntry& e = weights.entry(name);
     std::uint64_t count = 1;
     for (auto d : e.shape) count *= static_cast<std::uint64_t>(d);
+    // A quantized weight (masque quantize): its values count, two to a byte for int4; its
+    // scales are not parameters.
+    const std::string_view n(name);
+    auto base_of = [&](std::string_view suffix) {
+      return n.size() > suffix.size() && n.substr(n.size() - suffix.size()) == suffix
+                 ? std::string(n.substr(0, n.size() - suffix.size()))
+                 : std::string();
+    };
+    if (const std::string w = base_of("_scale");
+        !w.empty() && weights.contains(transformer::quantized_values_name(w)))
+      count = 0;
+    else if (!base_of("_quantized").empty() && e.dtype_name == "U8")
+      count *= 2;
     parameters += count;
     bytes += e.size;
     by_dtype[e.dtype_name].first += 1;
@@ -206,6 +221,13 @@ json inspect(const fs::path& dir, const fs::path& tokenizer_dir, const std::stri
   j["architectures"] = architecture.architectures;
   j["plugin"] = plugin.descriptor->name;
   j["weights"] = weights_json(dir);
+  {
+    const fs::path config_file = dir / "config.json";
+    const json config = json::parse(io::read_file(config_file, "model config"), nullptr, false);
+    if (config.is_object())
+      if (const auto q = transformer::read_quantization(config, config_file))
+        j["quantization"] = transformer::quantization_json(*q);
+  }
   json tokenizer_info;
   const auto tokenizer = open_tokenizer(tokenizer_dir, registry, tokenizer_info);
   Params params = default_params(*plugin.descriptor);
@@ -235,7 +257,7 @@ json inspect(const fs::path& dir, const fs::path& tokenizer_dir, const std::stri
   j["tasks"] = tasks_json(dir, tokenizer_dir, created, registry, unavailable);
   if (!unavailable.empty()) j["unavailable_tasks"] = unavailable;
   const json matmuls =
-      matmuls_json(static_cast<Model&>(*created), matmul_dtype.empty() ? "f32" : matmul_dtype);
+      matmuls_json(static_cast<Model&>(*created), matmul_dtype.empty() ? "auto" : matmul_dtype);
   if (!matmuls.is_null()) j["matmuls"] = matmuls;
   return j;
 }
@@ -264,6 +286,15 @@ void print_text(const json& j) {
               " tensors " + human_bytes(f["bytes"].get<std::uint64_t>());
   std::printf("dtypes          %s; total %s\n", dtypes.c_str(),
               human_bytes(w["bytes"].get<std::uint64_t>()).c_str());
+  if (j.contains("quantization")) {
+    const json& q = j["quantization"];
+    std::printf("quantized       %s%s by masque quantize: %lld linear layers, %lld kept f32\n",
+                q["dtype"].get<std::string>().c_str(),
+                q.contains("group_size")
+                    ? (" in groups of " + std::to_string(q["group_size"].get<int>())).c_str()
+                    : "",
+                q["quantized_layers"].get<long long>(), q["kept_layers"].get<long long>());
+  }
   std::printf("layers          %d, hidden size %d\n", j["layers"].get<int>(),
               j["hidden_size"].get<int>());
   std::string vocab = std::to_string(j["vocab_size"].get<int>());

@@ -20,6 +20,7 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
 int cmd_train(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
+int cmd_quantize(int argc, char** argv);
 int cmd_chat_template(int argc, char** argv);
 }  // namespace masque::cli
 
@@ -33,6 +34,7 @@ Commands:
   run PIPELINE      stream a corpus through a pipeline (score, generate, fill, seq2seq, ...)
   run --task T --model DIR   the same with the pipeline built from a model folder
   inspect DIR       a model folder: architecture, plugin, parameters, vocabulary, tasks
+  quantize DIR --to int8|int4 -o OUT   a copy of a model folder with quantized weights
   train PIPELINE    train or fine-tune the pipeline's model under its mask (resumable)
   plugins [NAME]    list the plugins, or show one plugin's parameters
   tasks [NAME]      list the tasks a pipeline can run, or show one task's parameters
@@ -110,6 +112,7 @@ int main(int argc, char** argv) {
     if (command == "eval") return cli::cmd_eval(argc - 1, argv + 1);
     if (command == "train") return cli::cmd_train(argc - 1, argv + 1);
     if (command == "inspect") return cli::cmd_inspect(argc - 1, argv + 1);
+    if (command == "quantize") return cli::cmd_quantize(argc - 1, argv + 1);
     if (command == "chat-template") return cli::cmd_chat_template(argc - 1, argv + 1);
     std::fprintf(stderr, "masque: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return kExitUsage;

@@ -46,7 +46,7 @@ inline Plugin* build_model(transformer::TransformerSpec spec, const HfFolder& fo
   spec.initializer_range = folder.config.get_number("initializer_range", spec.initializer_range);
   if (folder.init_seed < 0)
     return new transformer::TransformerModel(std::move(spec), folder.weights, tokens,
-                                             matmul_dtype(params, &folder.weights));
+                                             matmul_dtype(params, &folder.weights, &folder.config));
   train::ParameterSet initialised = train::ParameterSet::initialised(
       spec, spec.initializer_range, static_cast<std::uint64_t>(folder.init_seed));
   std::map<std::string, Tensor> fresh;

@@ -1,14 +1,17 @@
 // The `matmul_dtype` parameter shared by the model plugins: the type every Linear computes in.
 #pragma once
 
+#include <optional>
 #include <string>
 
+#include "masque/config_json.hpp"
 #include "masque/error.hpp"
 #include "masque/layers.hpp"
 #include "masque/params.hpp"
 #include "masque/plugin.hpp"
 #include "masque/safetensors.hpp"
 #include "masque/tensor.hpp"
+#include "masque/transformer/quantized_folder.hpp"
 
 namespace masque::models {
 
@@ -19,7 +22,8 @@ inline constexpr ParamSpec kMatmulDtypeParam{
     .help =
         "type of the weights and inputs of every matmul, the output head included "
         "(attention, norms and activations stay f32): auto (the default) is the folder's own "
-        "type: bf16 for a folder whose weights are stored in bf16, on a CPU with AVX-512 BF16 "
+        "type: the type of a folder written by `masque quantize` (which runs in no other), "
+        "bf16 for a folder whose weights are stored in bf16, on a CPU with AVX-512 BF16 "
         "or AMX, f32 otherwise (f16 folders are widened to f32 once, at load); the run summary "
         "and `masque inspect` say which was taken; f32 (exact); bf16 for half the "
         "weight memory and AMX / AVX-512 BF16 speed at about 3 significant digits (logits "
@@ -57,7 +61,7 @@ inline DType folder_matmul_dtype(const SafeTensors& weights) {
   std::size_t bf16 = 0, floats = 0;
   for (const std::string& name : weights.names()) {
     const SafeTensorEntry& e = weights.entry(name);
-    if (!e.dtype || *e.dtype == DType::i32) continue;
+    if (!e.dtype || !is_floating(*e.dtype)) continue;
     floats += e.size;
     if (*e.dtype == DType::bf16) bf16 += e.size;
   }
@@ -65,18 +69,35 @@ inline DType folder_matmul_dtype(const SafeTensors& weights) {
 }
 
 // The parameters' matmul type; auto is the folder's (folder_matmul_dtype), or f32 without one.
-inline MatmulType matmul_dtype(const Params& params, const SafeTensors* weights = nullptr) {
+// A quantized folder (`masque quantize`, its config's `quantization`) runs in its own type: auto
+// takes it, and another type is a ConfigError naming the config.
+inline MatmulType matmul_dtype(const Params& params, const SafeTensors* weights = nullptr,
+                               const JsonConfig* config = nullptr) {
   const std::string name = params.get_string("matmul_dtype");
-  if (name == "bf16") return DType::bf16;
-  if (name == "int8") return DType::i8;
+  const std::optional<transformer::FolderQuantization> quantized =
+      config ? transformer::read_quantization(config->json(), config->file()) : std::nullopt;
+  MatmulType type = DType::f32;  // choices are validated before create()
+  if (name == "bf16") type = DType::bf16;
+  if (name == "int8") type = DType::i8;
   if (name == "int4") {
     const auto group = params.has("int4_group_size") ? params.get_int("int4_group_size") : 32;
     if (group % 32 != 0)
       throw ConfigError("int4_group_size: " + std::to_string(group) + " is not a multiple of 32");
-    return MatmulType(DType::i4, static_cast<std::int32_t>(group));
+    type = MatmulType(DType::i4, static_cast<std::int32_t>(group));
   }
-  if (name == "auto" && weights) return folder_matmul_dtype(*weights);
-  return DType::f32;  // choices are validated before create()
+  if (!quantized) return name == "auto" && weights ? folder_matmul_dtype(*weights) : type;
+  const MatmulType own = quantized->type;
+  const bool same = type.compute == own.compute &&
+                    (own.compute != DType::i4 || type.group_size == own.group_size);
+  if (name != "auto" && !same)
+    throw ConfigError(config->file().string() + ": quantization: the folder holds " +
+                      (own.compute == DType::i4
+                           ? "int4 weights in groups of " + std::to_string(own.group_size)
+                           : std::string("int8 weights")) +
+                      " (masque quantize); matmul_dtype " + name +
+                      " cannot run them: use matmul_dtype auto (the default), or the original "
+                      "folder");
+  return own;
 }
 
 }  // namespace masque::models

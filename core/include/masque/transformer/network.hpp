@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -39,6 +40,9 @@ class WeightReader {
   Linear linear(const LinearSpec& spec, Activation activation = Activation::none) const;
   // Several projections of one input as one matmul, outputs in the order given.
   Linear fused(std::span<const LinearSpec> specs, Activation activation = Activation::none) const;
+  // The weight of `spec` as a quantized folder stores it (quantized_folder.hpp), or nullopt when
+  // the checkpoint holds it unquantized. ConfigError naming the file and tensor when malformed.
+  std::optional<QuantizedWeight> quantized(const LinearSpec& spec) const;
 
  private:
   const SafeTensors& checkpoint_;
