@@ -41,7 +41,9 @@ function(masque_add_plugin NAME KIND)
     VISIBILITY_INLINES_HIDDEN ON)
 
   _masque_in_tree(in_tree)
-  if(in_tree AND TARGET masque_plugin_pch)
+  # MASQUE_NO_PLUGIN_PCH: the test folders of a sanitizer build, whose flags differ from the
+  # plugins' (tests/CMakeLists.txt), so that the plugins' header cannot be reused there.
+  if(in_tree AND TARGET masque_plugin_pch AND NOT MASQUE_NO_PLUGIN_PCH)
     target_precompile_headers(${target} REUSE_FROM masque_plugin_pch)
   endif()
   if(ARG_OUTPUT_DIRECTORY)
