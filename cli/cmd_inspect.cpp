@@ -168,6 +168,9 @@ json special_tokens_json(const ModelInfo& info, const Tokenizer* tokenizer) {
   add("eos", info.eos);
   add("pad", info.pad);
   add("decoder_start", info.decoder_start);
+  // The other ids that end generation (an eos_token_id list): end_1, end_2, ...
+  for (std::size_t i = 1; i < info.end_ids.size(); ++i)
+    add(("end_" + std::to_string(i)).c_str(), info.end_ids[i]);
   if (tokenizer) {
     const SpecialTokens& s = tokenizer->special_tokens();
     for (auto [name, id] :

@@ -64,6 +64,47 @@ TEST_CASE(
       {"run", ready("lm-generate.yaml"), "-q", "--format", "text"}, "Once upon a time\n");
 }
 
+TEST_CASE("model folder: every id of generation_config.json's eos_token_id list ends generation",
+          "[e2e][folder]") {
+  // stories260k's own config ends on eos 2 only; a copy whose list adds the id of "." stops at
+  // the first full stop the same greedy run writes.
+  const fs::path dir = scratch_dir("eos-list") / "stories260k";
+  fs::copy(model("stories260k"), dir, fs::copy_options::recursive);
+  const auto tokenized = run_masque(
+      {"tokenize", "--tokenizer", "sentencepiece", "--set", "path=" + dir.string(), "-q"}, "a.\n");
+  REQUIRE(tokenized.exit_code == 0);
+  const int stop = json::parse(tokenized.out)["ids"].back().get<int>();
+  const std::vector<std::string> generate = {"run",
+                                             "--task",
+                                             "lm-generate",
+                                             "--model",
+                                             dir.string(),
+                                             "--set",
+                                             "decoder.max_new_tokens=64",
+                                             "-q",
+                                             "--format",
+                                             "text"};
+  const auto plain = run_masque(generate, "Once upon a time\n");
+  REQUIRE(plain.exit_code == 0);
+  const std::size_t full_stop = plain.out.find('.');
+  REQUIRE(full_stop != std::string::npos);
+  REQUIRE(full_stop + 2 < plain.out.size());  // the plain run goes on after it
+  write_file(dir / "generation_config.json",
+             json{{"bos_token_id", 1}, {"eos_token_id", {2, stop}}}.dump());
+  const auto listed = run_masque(generate, "Once upon a time\n");
+  INFO(plain.out);
+  INFO(listed.out);
+  REQUIRE(listed.exit_code == 0);
+  // The same text up to the full stop, and nothing after it.
+  const std::string kept = listed.out.substr(0, listed.out.find_last_not_of("\n") + 1);
+  CHECK(kept.size() <= full_stop + 1);
+  CHECK(plain.out.compare(0, kept.size(), kept) == 0);
+  CHECK(kept.size() + 8 < plain.out.size());
+  const auto inspected = run_masque({"inspect", dir.string(), "--json"});
+  REQUIRE(inspected.exit_code == 0);
+  CHECK(json::parse(inspected.out)["special_tokens"]["end_1"]["id"] == stop);
+}
+
 TEST_CASE("model folder: --dump-config prints a pipeline that runs unchanged", "[e2e][folder]") {
   const auto dir = scratch_dir("folder_dump");
   const auto dump =

@@ -166,7 +166,8 @@ TEST_CASE("models: gpt2 reads unprefixed, sharded and separate-head folders") {
         "gpt2-generation", gpt2_folder(), [](nlohmann::json& c) { c["n_inner"] = 128; }, nullptr);
     write_json(dir / "generation_config.json", {{"eos_token_id", {50, 50256}}});
     auto model = load_model("gpt2", dir);
-    CHECK(model->info().eos == 50);  // the first of a list
+    CHECK(model->info().eos == 50);                                   // the first of a list
+    CHECK(model->info().end_ids == std::vector<TokenId>{50, 50256});  // all of it ends generation
     CHECK(model->info().bos == 50256);
     CHECK(max_diff(logits_of(*model, kGpt2Ids), want) < 1e-6);
   }

@@ -40,6 +40,15 @@ struct ModelInfo {
   // step() honour an AttentionRecording (0 / false: the model cannot show its attention).
   std::int32_t num_heads = 0;
   bool records_attention = false;
+  // Every id that ends a generated sequence: eos first, then the others a config lists
+  // (generation_config.json's eos_token_id list: Llama 3 Instruct ends a turn with <|eot_id|>,
+  // not its eos). Empty when the model has no eos.
+  std::vector<TokenId> end_ids{};
+  // end_ids, or {eos} for a model that fills eos alone.
+  std::vector<TokenId> end_tokens() const {
+    if (!end_ids.empty() || eos < 0) return end_ids;
+    return {eos};
+  }
 };
 
 // Attention probabilities a caller asks forward() or step() to record: those of one layer of

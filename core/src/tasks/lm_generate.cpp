@@ -1,4 +1,6 @@
 // Task `lm-generate`: continue each record (an empty one starts from BOS) with a decoder.
+#include <algorithm>
+
 #include "masque/decoding.hpp"
 #include "masque/error.hpp"
 #include "run/stream.hpp"
@@ -111,12 +113,13 @@ class LmGenerateTask final : public Task {
         [&](std::span<Item* const> batch) { return start_records(batch); });
   }
 
+  // The tokenizer's eos, and every id the model's config says ends a sequence.
   std::vector<TokenId> end_tokens() const {
     std::vector<TokenId> out;
     if (tokenizer_ && tokenizer_->special_tokens().eos >= 0)
       out.push_back(tokenizer_->special_tokens().eos);
-    else if (model_.info().eos >= 0)
-      out.push_back(model_.info().eos);
+    for (const TokenId id : model_.info().end_tokens())
+      if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
     return out;
   }
 

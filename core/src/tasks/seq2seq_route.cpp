@@ -139,7 +139,7 @@ class EncoderDecoderRoute final : public Seq2SeqRoute {
   }
 
   std::vector<TokenId> end_tokens() const override {
-    if (model_.info().eos >= 0) return {model_.info().eos};
+    if (const auto ends = model_.info().end_tokens(); !ends.empty()) return ends;
     if (target_tokenizer_ && target_tokenizer_->special_tokens().eos >= 0)
       return {target_tokenizer_->special_tokens().eos};
     return {};

@@ -147,6 +147,15 @@ TransformerModel::TransformerModel(TransformerSpec spec, const SafeTensors& chec
       throw ConfigError(spec_.architecture + ": " + name + " " + std::to_string(id) +
                         " (config.json or generation_config.json) is outside the vocabulary of " +
                         std::to_string(spec_.vocab_size) + " tokens");
+  for (const TokenId id : tokens.other_end_ids)
+    if (id < 0 || id >= spec_.vocab_size)
+      throw ConfigError(spec_.architecture + ": eos_token_id " + std::to_string(id) +
+                        " (config.json or generation_config.json) is outside the vocabulary of " +
+                        std::to_string(spec_.vocab_size) + " tokens");
+  if (tokens.eos >= 0) info_.end_ids.push_back(tokens.eos);
+  for (const TokenId id : tokens.other_end_ids)
+    if (std::find(info_.end_ids.begin(), info_.end_ids.end(), id) == info_.end_ids.end())
+      info_.end_ids.push_back(id);
   info_.bos = tokens.bos;
   info_.eos = tokens.eos;
   info_.pad = tokens.pad;

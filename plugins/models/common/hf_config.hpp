@@ -67,17 +67,30 @@ inline TokenId first_id(const JsonConfig& config, std::string_view key, TokenId 
   return ids.empty() ? fallback : static_cast<TokenId>(ids.front());
 }
 
-// bos/eos/pad of config.json, overridden by generation_config.json when present.
+// The ids after the first of an eos_token_id list (the other ids that end generation).
+inline std::vector<TokenId> other_ids(const JsonConfig& config, std::string_view key) {
+  std::vector<TokenId> out;
+  if (!config.has(key)) return out;
+  const auto ids = config.get_int_list(key);
+  for (std::size_t i = 1; i < ids.size(); ++i)
+    if (ids[i] >= 0) out.push_back(static_cast<TokenId>(ids[i]));
+  return out;
+}
+
+// bos/eos/pad of config.json, overridden by generation_config.json when present; every id of
+// the eos_token_id list ends generation, the first is the model's eos.
 inline transformer::ModelTokens hf_tokens(const std::filesystem::path& dir,
                                           const JsonConfig& config) {
-  transformer::ModelTokens t{first_id(config, "bos_token_id", -1),
-                             first_id(config, "eos_token_id", -1),
-                             first_id(config, "pad_token_id", -1)};
+  transformer::ModelTokens t{.bos = first_id(config, "bos_token_id", -1),
+                             .eos = first_id(config, "eos_token_id", -1),
+                             .pad = first_id(config, "pad_token_id", -1),
+                             .other_end_ids = other_ids(config, "eos_token_id")};
   if (std::filesystem::is_regular_file(dir / "generation_config.json")) {
     const JsonConfig generation = JsonConfig::load(dir / "generation_config.json");
     t.bos = first_id(generation, "bos_token_id", t.bos);
     t.eos = first_id(generation, "eos_token_id", t.eos);
     t.pad = first_id(generation, "pad_token_id", t.pad);
+    if (generation.has("eos_token_id")) t.other_end_ids = other_ids(generation, "eos_token_id");
   }
   return t;
 }

@@ -84,7 +84,7 @@ const masque::ParamSpec kParams[] = {
     masque::models::path_param(
         "model folder: config.json and model.safetensors (or model.safetensors.index.json and its "
         "shards); generation_config.json, when present, overrides bos/eos/pad; of an id list "
-        "(eos_token_id) the first id is the model's"),
+        "(eos_token_id) every id ends generation, the first is the model's eos"),
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
     masque::models::kInitSeedParam,

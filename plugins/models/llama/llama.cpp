@@ -26,7 +26,8 @@ const masque::ParamSpec kParams[] = {
     masque::models::path_param(
         "model folder: config.json and model.safetensors (or model.safetensors.index.json and its "
         "shards); generation_config.json, when present, overrides bos/eos/pad; of an id list "
-        "(eos_token_id) the first id is the model's. A sliding_window in config.json (as "
+        "(eos_token_id) every id ends generation, the first is the model's eos. A sliding_window "
+        "in config.json (as "
         "Mistral's) "
         "makes every layer's attention windowed: key j is visible to query i only when rank(i) - "
         "rank(j) < sliding_window, under any mask"),

@@ -24,7 +24,8 @@ const masque::ParamSpec kParams[] = {
     masque::models::path_param(
         "model folder: config.json (model_type mistral) and model.safetensors (or "
         "model.safetensors.index.json and its shards) with MistralForCausalLM tensor names; "
-        "generation_config.json, when present, overrides bos/eos/pad. Every layer attends within "
+        "generation_config.json, when present, overrides bos/eos/pad (every id of an eos_token_id "
+        "list ends generation). Every layer attends within "
         "sliding_window (4096 when config.json does not say; null: no window): key j is visible "
         "to query i only when rank(i) - rank(j) < sliding_window, under any mask"),
     masque::models::kMatmulDtypeParam,

@@ -27,7 +27,8 @@ const masque::ParamSpec kParams[] = {
     masque::models::path_param(
         "model folder: config.json (model_type qwen2) and model.safetensors (or "
         "model.safetensors.index.json and its shards) with Qwen2ForCausalLM tensor names; "
-        "generation_config.json, when present, overrides bos/eos/pad. With use_sliding_window, "
+        "generation_config.json, when present, overrides bos/eos/pad (every id of an eos_token_id "
+        "list ends generation). With use_sliding_window, "
         "the layers max_window_layers.. (or those layer_types marks sliding_attention) see only "
         "keys ranked less than sliding_window below the query"),
     masque::models::kMatmulDtypeParam,

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "masque/model.hpp"
 #include "masque/safetensors.hpp"
@@ -22,6 +23,8 @@ namespace masque::transformer {
 // The special tokens of the model's config (-1: none).
 struct ModelTokens {
   TokenId bos = -1, eos = -1, pad = -1, decoder_start = -1;
+  // Ids besides eos that end a generated sequence (ModelInfo::end_ids).
+  std::vector<TokenId> other_end_ids{};
 };
 
 class BOOST_SYMBOL_VISIBLE TransformerModel final : public Model {
