@@ -153,6 +153,11 @@ Linear WeightReader::fused(std::span<const LinearSpec> specs, Activation activat
   std::vector<Tensor> weights, biases;
   bool any_bias = false;
   for (const LinearSpec& s : specs) any_bias = any_bias || s.bias.present();
+  // A projection without a bias among ones with biases gets zeros (same result).
+  for (const LinearSpec& s : specs)
+    if (any_bias)
+      biases.push_back(s.bias.present() ? as_vector(tensor(s.bias))
+                                        : Tensor::zeros({s.out_features()}));
   std::vector<QuantizedWeight> parts;
   for (const LinearSpec& s : specs)
     if (auto q = quantized(s)) parts.push_back(std::move(*q));
@@ -160,22 +165,12 @@ Linear WeightReader::fused(std::span<const LinearSpec> specs, Activation activat
     if (parts.size() != specs.size())
       throw ConfigError(checkpoint_.path().string() + ": " + specs.front().weight.name +
                         " and the projections fused with it are not all quantized");
-    for (const LinearSpec& s : specs)
-      if (any_bias)
-        biases.push_back(s.bias.present() ? as_vector(tensor(s.bias))
-                                          : Tensor::zeros({s.out_features()}));
     Linear layer = from_quantized(parts, any_bias ? concat_vectors(biases) : Tensor(), activation,
                                   checkpoint_.path().string() + ": " + specs.front().weight.name);
     for (const LinearSpec& s : specs) release_quantized(checkpoint_, s.weight.name);
     return layer;
   }
-  for (const LinearSpec& s : specs) {
-    weights.push_back(tensor(s.weight));
-    // A projection without a bias among ones with biases gets zeros (same result).
-    if (any_bias)
-      biases.push_back(s.bias.present() ? as_vector(tensor(s.bias))
-                                        : Tensor::zeros({s.out_features()}));
-  }
+  for (const LinearSpec& s : specs) weights.push_back(tensor(s.weight));
   Linear layer = Linear::concat(weights, biases,
                                 {.activation = activation,
                                  .layout = specs.front().layout,
