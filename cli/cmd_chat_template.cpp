@@ -141,8 +141,9 @@ int cmd_chat_template(int argc, char** argv) {
       "format,f", po::value<std::string>()->default_value("json"),
       "json (each prompt as one JSON string per line) or text (the prompt as it is, then a "
       "newline)")("input,i", po::value<std::string>()->default_value("-"),
-                  "input file (- = stdin)")(
-      "output,o", po::value<std::string>()->default_value("-"), "output file (- = stdout)");
+                  "input file (- = stdin; a FILE.gz or FILE.zst is read decompressed)")(
+      "output,o", po::value<std::string>()->default_value("-"),
+      "output file (- = stdout; an OUT.gz or OUT.zst is written compressed)");
   po::options_description hidden;
   hidden.add_options()("folder", po::value<std::string>());
   po::positional_options_description pos;
@@ -175,7 +176,8 @@ int cmd_chat_template(int argc, char** argv) {
   open_streams(vm, streams);
   InputOptions input;
   input.format = InputFormat::text;  // lines; this command tells JSON records from text itself
-  RecordReader reader(streams.in, input);
+  RecordReader reader = streams.source ? RecordReader(std::move(streams.source), input)
+                                       : RecordReader(streams.in, input);
   Record record;
   std::uint64_t failed = 0;
   while (reader.next(record)) {
@@ -209,7 +211,8 @@ int cmd_chat_template(int argc, char** argv) {
     if (!line.empty() && std::fwrite(line.data(), 1, line.size(), streams.out) != line.size())
       throw RuntimeError("cannot write the output");
   }
-  if (std::fflush(streams.out) != 0) throw RuntimeError("cannot write the output");
+  if (const std::string error = streams.close_output(); !error.empty())
+    throw RuntimeError("cannot write the output: " + error);
   return failed ? kExitRecordsFailed : kExitOk;
 }
 

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <thread>
 
+#include "io/input_file.hpp"
 #include "masque/error.hpp"
 #include "tasks/task.hpp"
 
@@ -43,8 +44,9 @@ po::variables_map parse(int argc, char** argv, const po::options_description& vi
 po::options_description io_options() {
   po::options_description o("Input and output");
   o.add_options()("input,i", po::value<std::string>()->default_value("-"),
-                  "input file (- = stdin)")(
-      "output,o", po::value<std::string>()->default_value("-"), "output file (- = stdout)")(
+                  "input file (- = stdin; a FILE.gz or FILE.zst is read decompressed)")(
+      "output,o", po::value<std::string>()->default_value("-"),
+      "output file (- = stdout; an OUT.gz or OUT.zst is written compressed, in whole members)")(
       "input-format", po::value<std::string>()->default_value("text"),
       "text (one record per line), tsv (named columns), jsonl (one JSON object per line), "
       "ids (space-separated token ids per line)")(
@@ -145,25 +147,46 @@ RunOptions run_options_from(const po::variables_map& vm, const Params& run_param
   return o;
 }
 
+std::string Streams::close_output() {
+  if (!out_file) return std::fflush(out) == 0 ? "" : std::strerror(errno);
+  const int closed = std::fclose(out);
+  out = out_file;
+  out_file = nullptr;
+  if (closed != 0) return std::strerror(errno);
+  return std::fflush(out) == 0 ? "" : std::strerror(errno);
+}
+
 Streams::~Streams() {
   if (in && in != stdin) std::fclose(in);
+  if (out_file) std::fclose(out);  // the compressing stream first: it writes into out_file
+  if (out_file) out = out_file;
   if (out && out != stdout) std::fclose(out);
 }
 
 void open_streams(const po::variables_map& vm, Streams& s) {
   const std::string in = vm["input"].as<std::string>();
   const std::string out = vm["output"].as<std::string>();
-  if (in != "-") {
-    s.in = std::fopen(in.c_str(), "rb");
-    if (!s.in) throw ConfigError(in + ": cannot open the input file: " + std::strerror(errno));
-  }
   struct stat st {};
-  if (fstat(fileno(s.in), &st) == 0 && S_ISDIR(st.st_mode))
-    throw ConfigError(in + ": is a directory, not an input file");
-  if (S_ISREG(st.st_mode)) s.input_size = static_cast<std::uint64_t>(st.st_size);
+  if (in != "-" && compression_of(in) != Compression::none) {
+    if (::stat(in.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+      throw ConfigError(in + ": is a directory, not an input file");
+    s.source = InputFile(in).stream_from(0);
+  } else {
+    if (in != "-") {
+      s.in = std::fopen(in.c_str(), "rb");
+      if (!s.in) throw ConfigError(in + ": cannot open the input file: " + std::strerror(errno));
+    }
+    if (fstat(fileno(s.in), &st) == 0 && S_ISDIR(st.st_mode))
+      throw ConfigError(in + ": is a directory, not an input file");
+    if (S_ISREG(st.st_mode)) s.input_size = static_cast<std::uint64_t>(st.st_size);
+  }
   if (out != "-") {
     s.out = std::fopen(out.c_str(), "wb");
     if (!s.out) throw ConfigError(out + ": cannot open the output file: " + std::strerror(errno));
+    if (const Compression c = compression_of(out); c != Compression::none) {
+      s.out_file = s.out;
+      s.out = open_compressing_stream(s.out_file, c, out, vm["unbuffered"].as<bool>());
+    }
   }
 }
 
@@ -254,7 +277,12 @@ int run_pipeline(const Pipeline& pipeline, const Registry& registry, const po::v
   Plugins plugins = create_plugins(pipeline, registry);
   std::unique_ptr<Task> task = create_task(pipeline, plugins);
   install_signal_handlers();
-  RunStats stats = run_corpus(*task, streams.in, streams.out, options);
+  RunStats stats = streams.source
+                       ? run_corpus(*task, std::move(streams.source), streams.out, options)
+                       : run_corpus(*task, streams.in, streams.out, options);
+  if (const std::string error = streams.close_output();
+      !error.empty() && stats.output_error.empty())
+    stats.output_error = error;
   report_summary(*task, stats, options, plugins.model.get());
   return finish_run(stats);
 }

@@ -36,11 +36,17 @@ po::options_description io_options();
 // The run settings come from the pipeline's `run:` section (run/settings.hpp).
 RunOptions run_options_from(const po::variables_map& vm, const Params& run_params);
 
-// Opens -i / -o ("-" or absent = stdin / stdout). ConfigError naming the file on failure.
+// Opens -i / -o ("-" or absent = stdin / stdout). ConfigError naming the file on failure. A
+// FILE.gz or FILE.zst is read decompressed (`source` instead of `in`), an OUT.gz or OUT.zst
+// written compressed (`out` compresses into `out_file`).
 struct Streams {
   std::FILE* in = stdin;
+  std::unique_ptr<ByteSource> source;
   std::FILE* out = stdout;
-  std::uint64_t input_size = 0;
+  std::FILE* out_file = nullptr;
+  std::uint64_t input_size = 0;  // of a plain input file: the progress line's 100 %
+  // Ends a compressed output's last member and flushes it: the reason when that fails, or "".
+  std::string close_output();
   ~Streams();
 };
 void open_streams(const po::variables_map& vm, Streams& streams);

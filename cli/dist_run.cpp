@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "io/compression.hpp"
+#include "io/input_file.hpp"
 #include "io/output.hpp"
 #include "masque/error.hpp"
 #include "run/parts.hpp"
@@ -55,19 +57,34 @@ void check_output_file(const std::string& out) {
                       std::strerror(errno));
 }
 
-int open_input(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw ConfigError(path + ": cannot open the input file: " + std::strerror(errno));
-  return fd;
-}
+// What a shard writes into: `file` itself, or a stream compressing into it when OUT's name
+// asks for it (OUT.gz, OUT.zst: each part is whole gzip members / zstd frames, so the parts
+// concatenated are one valid stream).
+class ShardOutput {
+ public:
+  ShardOutput(std::FILE* file, const std::string& out, const RunOptions& options)
+      : file_(file), stream_(file) {
+    if (const Compression c = compression_of(out); c != Compression::none)
+      stream_ = open_compressing_stream(file, c, out, options.unbuffered);
+  }
+  ~ShardOutput() { finish(); }  // a run that threw: the records written so far stay readable
+  ShardOutput(const ShardOutput&) = delete;
+  ShardOutput& operator=(const ShardOutput&) = delete;
+  std::FILE* stream() const { return stream_; }
+  // Ends the compression and flushes the file; false on a write error (errno says which).
+  bool finish() {
+    if (stream_ != file_) {
+      const int closed = std::fclose(stream_);
+      stream_ = file_;
+      if (closed != 0) return false;
+    }
+    return std::fflush(file_) == 0;
+  }
 
-// A file opened on `path` positioned at `offset`, for the record reader.
-File input_at(const std::string& path, std::uint64_t offset) {
-  File f(std::fopen(path.c_str(), "rb"));
-  if (!f || ::lseek(fileno(f.get()), static_cast<off_t>(offset), SEEK_SET) < 0)
-    throw RuntimeError(path + ": cannot open the input file: " + std::strerror(errno));
-  return f;
-}
+ private:
+  std::FILE* file_;
+  std::FILE* stream_;
+};
 
 // An unnamed file in $TMPDIR: a rank's output until rank 0 takes it.
 File scratch_file() {
@@ -169,18 +186,17 @@ struct ShardOutcome {
 ShardOutcome run_range(int shard, const ShardRange& range, const std::string& in,
                        const ShardedInput& info, const Pipeline& pipeline, const Plugins& plugins,
                        RunOptions options, std::FILE* out) {
-  File input = input_at(in, range.begin);
+  std::unique_ptr<ByteSource> input = InputFile(in).stream_from(range.begin);
   options.first_record = range.first_record;
   options.input_limit = range.end - range.begin;
-  options.input_size = options.input_limit;
+  options.input_size = info.size ? options.input_limit : 0;  // a compressed file's is not known
   if (options.input.columns.empty()) options.input.columns = info.columns;
   auto task = create_task(pipeline, plugins);
   ShardOutcome outcome;
   outcome.shard = shard;
-  outcome.stats = run_corpus(*task, input.get(), out, options);
+  outcome.stats = run_corpus(*task, std::move(input), out, options);
   if (!outcome.stats.complete()) {
     static_cast<void>(task.release());  // workers may still use it: left to the process exit
-    static_cast<void>(input.release());
     return outcome;
   }
   outcome.figures = {{"shard", shard},
@@ -195,9 +211,8 @@ ShardOutcome run_range(int shard, const ShardRange& range, const std::string& in
 ShardOutcome run_shard(int shard, int count, const std::string& in, const ShardedInput& info,
                        const Pipeline& pipeline, const Plugins& plugins, const RunOptions& options,
                        std::FILE* out) {
-  const int fd = open_input(in);
-  const ShardRange range = shard_range(fd, info, shard, count);
-  ::close(fd);
+  InputFile file(in);
+  const ShardRange range = shard_range(file, info, shard, count);
   RunOptions shard_options = options;
   shard_options.shards = count;
   return run_range(shard, range, in, info, pipeline, plugins, shard_options, out);
@@ -273,9 +288,8 @@ int sharded(const Job& job) {
   if (out == "-")
     throw ConfigError(std::string(why) +
                       " needs -o FILE: the output is put together from per-shard parts next to it");
-  const int fd = open_input(in);
-  const ShardedInput info = inspect_input(fd, options.input);
-  ::close(fd);
+  InputFile file(in);
+  const ShardedInput info = inspect_input(file, options.input);
   const PartsDir parts(out);
 
   // Rank 0 checks that every rank runs the same job, then decides which shards are to run;
@@ -323,7 +337,9 @@ int sharded(const Job& job) {
     const int k = todo[i];
     File part = comm.rank() == 0 ? File(std::fopen(parts.temp(k).c_str(), "wb")) : scratch_file();
     if (!part) throw RuntimeError(parts.temp(k).string() + ": cannot create");
-    ShardOutcome o = run_shard(k, shards, in, info, job.pipeline, plugins, options, part.get());
+    ShardOutput output(part.get(), out, options);
+    ShardOutcome o =
+        run_shard(k, shards, in, info, job.pipeline, plugins, options, output.stream());
     if (!o.stats.complete()) {
       mine.push_back(incomplete(k, o.stats));
       mine.back()["host"] = comm.host();
@@ -331,7 +347,7 @@ int sharded(const Job& job) {
       stopped = true;
       break;
     }
-    if (std::fflush(part.get()) != 0)
+    if (!output.finish())
       throw RuntimeError("cannot write the output of shard " + std::to_string(k) + ": " +
                          std::strerror(errno));
     if (comm.rank() == 0) {
@@ -449,6 +465,25 @@ struct KeptOutput {
   std::uint64_t next_record = 0;
 };
 
+// The kept part of `size` bytes of output lines in `fd`.
+KeptOutput kept_lines(int fd, std::uint64_t size, OutputFormat format, const std::string& out) {
+  KeptOutput kept;
+  const std::uint64_t end = line_start(fd, size);
+  if (end == 0) return kept;
+  std::uint64_t start = line_start(fd, end - 1);
+  const std::uint64_t id = line_record_id(read_range(fd, start, end - 1), format, out);
+  kept = {end, id + 1};
+  if (format == OutputFormat::nbest) {  // the last record's hypotheses may be incomplete
+    while (start > 0) {
+      const std::uint64_t before = line_start(fd, start - 1);
+      if (line_record_id(read_range(fd, before, start - 1), format, out) != id) break;
+      start = before;
+    }
+    kept = {start, id};
+  }
+  return kept;
+}
+
 KeptOutput kept_output(const std::string& out, OutputFormat format) {
   const int fd = ::open(out.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -457,28 +492,40 @@ KeptOutput kept_output(const std::string& out, OutputFormat format) {
   }
   struct stat st {};
   ::fstat(fd, &st);
-  KeptOutput kept;
   try {
-    const std::uint64_t end = line_start(fd, static_cast<std::uint64_t>(st.st_size));
-    if (end > 0) {
-      std::uint64_t start = line_start(fd, end - 1);
-      const std::uint64_t id = line_record_id(read_range(fd, start, end - 1), format, out);
-      kept = {end, id + 1};
-      if (format == OutputFormat::nbest) {  // the last record's hypotheses may be incomplete
-        while (start > 0) {
-          const std::uint64_t before = line_start(fd, start - 1);
-          if (line_record_id(read_range(fd, before, start - 1), format, out) != id) break;
-          start = before;
-        }
-        kept = {start, id};
-      }
-    }
+    const KeptOutput kept = kept_lines(fd, static_cast<std::uint64_t>(st.st_size), format, out);
+    ::close(fd);
+    return kept;
   } catch (...) {
     ::close(fd);
     throw;
   }
-  ::close(fd);
-  return kept;
+}
+
+// What --resume keeps of a compressed OUT: its whole members (an unfinished last one, a killed
+// run's, is dropped) up to the end of the last complete record. The member holding that end is
+// cut off at its start; its kept bytes (`carry`) are written again, the first of the next one.
+struct KeptCompressed {
+  KeptOutput kept;
+  std::uint64_t file_bytes = 0;  // of OUT, to keep
+  std::string carry;
+};
+
+KeptCompressed kept_compressed(const std::string& out, OutputFormat format, Compression c) {
+  KeptCompressed k;
+  if (!fs::exists(out)) return k;
+  File plain = scratch_file();
+  const WholeFrames whole = copy_whole_frames(out, c, plain.get());
+  const int fd = fileno(plain.get());
+  k.kept = kept_lines(fd, whole.frames.empty() ? 0 : whole.frames.back().decompressed, format, out);
+  std::uint64_t from = 0;
+  for (const FrameEnd& f : whole.frames) {
+    if (f.decompressed > k.kept.bytes) break;
+    k.file_bytes = f.compressed;
+    from = f.decompressed;
+  }
+  k.carry = read_range(fd, from, k.kept.bytes);
+  return k;
 }
 
 bool regular_or_missing(const std::string& path) {
@@ -513,9 +560,8 @@ int run_one_shard(const Pipeline& pipeline, const Registry& registry, const po::
   const std::string in = input_file(vm, "masque run --shard");
   const std::string out = vm["output"].as<std::string>();
   check_task_run(pipeline, {.shards = shard.count, .files = options.files});
-  const int fd = open_input(in);
-  const ShardedInput info = inspect_input(fd, options.input);
-  ::close(fd);
+  InputFile input(in);
+  const ShardedInput info = inspect_input(input, options.input);
   // Written under a temporary name, renamed when the shard is complete.
   const std::string temp = out == "-" ? "" : out + ".masque-tmp";
   File file;
@@ -526,14 +572,15 @@ int run_one_shard(const Pipeline& pipeline, const Registry& registry, const po::
   }
   Plugins plugins = create_plugins(pipeline, registry);
   install_signal_handlers();
-  ShardOutcome o = run_shard(shard.index, shard.count, in, info, pipeline, plugins, options,
-                             file ? file.get() : stdout);
+  ShardOutput output(file ? file.get() : stdout, out, options);
+  ShardOutcome o =
+      run_shard(shard.index, shard.count, in, info, pipeline, plugins, options, output.stream());
   if (!o.stats.complete()) {
+    output.finish();
     static_cast<void>(file.release());
     return finish_run(o.stats);
   }
-  if (file && std::fflush(file.get()) != 0)
-    throw RuntimeError(temp + ": cannot write: " + std::strerror(errno));
+  if (!output.finish()) throw RuntimeError(temp + ": cannot write: " + std::strerror(errno));
   file.reset();
   if (!temp.empty()) fs::rename(temp, out);
   auto total = create_task(pipeline, plugins);
@@ -576,11 +623,21 @@ int run_single(const Pipeline& pipeline, const Registry& registry, const po::var
                         parts.path().string() +
                         "/manifest.json): run without --resume to start again");
   check_output_file(out);
-  const KeptOutput kept = old.is_null() ? KeptOutput{} : kept_output(out, options.format);
-  const int fd = open_input(in);
-  const ShardedInput info = inspect_input(fd, options.input);
-  const ShardRange range{record_begin(fd, info, kept.next_record), info.size, kept.next_record};
-  ::close(fd);
+  const Compression compression = compression_of(out);
+  KeptCompressed kept_c;
+  if (!old.is_null() && compression != Compression::none) {
+    kept_c = kept_compressed(out, options.format, compression);
+  } else if (!old.is_null()) {
+    kept_c.kept = kept_output(out, options.format);
+    kept_c.file_bytes = kept_c.kept.bytes;
+  }
+  const KeptOutput kept = kept_c.kept;
+  InputFile input(in);
+  const ShardedInput info = inspect_input(input, options.input);
+  // To the end of the data (of a compressed file: without a pass to learn its size first).
+  const ShardRange range{record_begin(input, info, kept.next_record),
+                         input.compression() == Compression::none ? info.size : UINT64_MAX,
+                         kept.next_record};
   check_task_run(pipeline, {.first_record = kept.next_record, .files = options.files});
   Plugins plugins = create_plugins(pipeline, registry);  // configuration errors before any file
   if (old.is_null()) parts.create(json{{"shards", 1}, {"direct", true}, {"run", identity}});
@@ -591,13 +648,18 @@ int run_single(const Pipeline& pipeline, const Registry& registry, const po::var
                                   " (the records before it are kept in " + out + ")")
                                      .c_str());
   File file(std::fopen(out.c_str(), old.is_null() ? "wb" : "r+b"));
-  if (!file ||
-      (!old.is_null() && (::ftruncate(fileno(file.get()), static_cast<off_t>(kept.bytes)) != 0 ||
-                          std::fseek(file.get(), 0, SEEK_END) != 0)))
+  if (!file || (!old.is_null() &&
+                (::ftruncate(fileno(file.get()), static_cast<off_t>(kept_c.file_bytes)) != 0 ||
+                 std::fseek(file.get(), 0, SEEK_END) != 0)))
     throw ConfigError(out + ": cannot open the output file: " + std::strerror(errno));
+  ShardOutput output(file.get(), out, options);
+  if (!kept_c.carry.empty() && std::fwrite(kept_c.carry.data(), 1, kept_c.carry.size(),
+                                           output.stream()) != kept_c.carry.size())
+    throw RuntimeError(out + ": cannot write: " + std::strerror(errno));
   install_signal_handlers();
-  ShardOutcome o = run_range(0, range, in, info, pipeline, plugins, options, file.get());
+  ShardOutcome o = run_range(0, range, in, info, pipeline, plugins, options, output.stream());
   if (!o.stats.complete()) {
+    output.finish();  // the writer has stopped: a compressed OUT gets its last member whole
     static_cast<void>(file.release());
     std::fprintf(stderr,
                  "masque: %s holds the complete records so far: run the same command with "
@@ -605,8 +667,7 @@ int run_single(const Pipeline& pipeline, const Registry& registry, const po::var
                  out.c_str());
     return finish_run(o.stats);
   }
-  if (std::fflush(file.get()) != 0)
-    throw RuntimeError(out + ": cannot write: " + std::strerror(errno));
+  if (!output.finish()) throw RuntimeError(out + ": cannot write: " + std::strerror(errno));
   file.reset();
   fs::remove_all(parts.path());
   auto total = create_task(pipeline, plugins);

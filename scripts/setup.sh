@@ -19,6 +19,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev  # dnnl-config.cmake looks for OpenCL (only Recommended)
   libboost-dev libboost-program-options-dev libboost-filesystem-dev
   libyaml-cpp-dev libicu-dev catch2 nlohmann-json3-dev libsentencepiece-dev sentencepiece
+  zlib1g-dev libzstd-dev zstd  # .gz and .zst corpora (zstd: the tests' reference tool)
   clang libclang-rt-14-dev libomp-dev  # tests/fuzz: libFuzzer, and OpenMP for clang
   python3 python3-numpy python3-torch
   python3-jinja2  # the reference renderer of the chat-template tests (tests/chat)

@@ -292,6 +292,59 @@ TEST_CASE("mpi: a rank killed with SIGKILL fails the run, and --resume finishes 
   CHECK(!fs::exists(dir / "out.jsonl.parts"));
 }
 
+// What zstd(1) or gzip(1) decompresses `file` to.
+std::string decompressed(const fs::path& file) {
+  const fs::path back = file.string() + ".back";
+  const std::string tool = file.extension() == ".gz" ? "gzip" : "zstd -q";
+  REQUIRE(std::system((tool + " -dc " + file.string() + " > " + back.string()).c_str()) == 0);
+  return read_file(back);
+}
+
+TEST_CASE("mpi: .gz and .zst corpora under mpirun -n 2, killed and resumed, equal one process",
+          "[mpi][compressed]") {
+  const fs::path dir = scratch_dir("mpi_compressed");
+  const std::string pipeline = (source_dir() / "pipelines/lm-score.yaml").string();
+  write_file(dir / "in.txt", corpus(kStoryWords, 3000, 40, 23, false));
+  REQUIRE(std::system(
+              ("gzip -k " + (dir / "in.txt").string() + " && zstd -q " + (dir / "in.txt").string())
+                  .c_str()) == 0);
+  const fs::path reference = dir / "reference.jsonl";
+  REQUIRE(run(concat({binary().string()}, {"run", pipeline, "-i", (dir / "in.txt").string(), "-o",
+                                           reference.string(), "--quiet"}),
+              dir)
+              .exit_code == 0);
+  for (const auto& [in, out] :
+       {std::pair{"in.txt.gz", "out.jsonl.zst"}, {"in.txt.zst", "out.jsonl.gz"}}) {
+    INFO(in << " -> " << out);
+    const std::vector<std::string> args = {
+        "run", pipeline, "-i", (dir / in).string(), "-o", (dir / out).string(), "--quiet"};
+    const Outcome o = run(concat(mpirun(2), args), dir);
+    INFO(o.err);
+    REQUIRE(o.exit_code == 0);
+    CHECK(decompressed(dir / out) == read_file(reference));
+    fs::remove(dir / out);
+    if (std::string(in) != "in.txt.gz") continue;  // one kill is enough (and slow under ASan)
+
+    // Rank 1 killed in its shard: --resume runs what did not finish, into one valid stream.
+    const pid_t job = spawn(concat(mpirun(2), args), dir);
+    pid_t victim = 0;
+    for (int i = 0; i < 600 && !victim; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      victim = find_rank(1, (dir / out).string());
+    }
+    REQUIRE(victim != 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    kill(victim, SIGKILL);
+    const Outcome killed = wait_for(job, dir);
+    CHECK(killed.exit_code != 0);
+    CHECK(!fs::exists(dir / out));
+    const Outcome resumed = run(concat(mpirun(2), concat(args, {"--resume"})), dir);
+    INFO(resumed.err);
+    CHECK(resumed.exit_code == 0);
+    CHECK(decompressed(dir / out) == read_file(reference));
+  }
+}
+
 TEST_CASE("mpi: --resume skips the shards that finished", "[mpi]") {
   const fs::path dir = scratch_dir("mpi_resume");
   const std::string pipeline = (source_dir() / "pipelines/lm-score.yaml").string();

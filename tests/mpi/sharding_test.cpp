@@ -1,9 +1,8 @@
 // Shards of a corpus file (run/shard.hpp) and the order-free sum of the corpus figures
 // (run/exact_sum.hpp): no MPI needed.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
 #include <random>
 
 #include "masque/dist.hpp"
@@ -17,19 +16,20 @@ using namespace masque::test;
 
 namespace {
 
-// Every shard's text and first record, checked against a split of the text at line ends.
-void check_shards(const std::string& text, int count, const InputOptions& input = {}) {
-  const auto path = scratch_dir("sharding") / "in.txt";
-  write_file(path, text);
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  REQUIRE(fd >= 0);
-  const ShardedInput info = inspect_input(fd, input);
+// Every shard's text and first record, checked against a split of the text at line ends: of
+// the plain file, and of its copies compressed by gzip(1) and zstd(1) (offsets are of the
+// decompressed data).
+void check_shards_of(const std::filesystem::path& path, const std::string& text, int count,
+                     const InputOptions& input) {
+  INFO(path.filename().string());
+  InputFile file(path);
+  const ShardedInput info = inspect_input(file, input);
   std::string joined;
   std::uint64_t expected_first = 0;
   std::uint64_t previous_end = info.data_begin;
   for (int k = 0; k < count; ++k) {
     INFO("shard " << k << " of " << count);
-    const ShardRange r = shard_range(fd, info, k, count);
+    const ShardRange r = shard_range(file, info, k, count);
     CHECK(r.begin == previous_end);  // contiguous, no gaps or overlaps
     CHECK(r.begin <= r.end);
     // Starts at a record: the file's data start or just after a line end.
@@ -42,7 +42,15 @@ void check_shards(const std::string& text, int count, const InputOptions& input 
   }
   CHECK(previous_end == text.size());
   CHECK(joined == text.substr(info.data_begin));
-  ::close(fd);
+}
+
+void check_shards(const std::string& text, int count, const InputOptions& input = {}) {
+  const auto dir = scratch_dir("sharding");
+  write_file(dir / "in.txt", text);
+  const std::string in = (dir / "in.txt").string();
+  REQUIRE(std::system(("gzip -c " + in + " > " + in + ".gz && zstd -q " + in).c_str()) == 0);
+  for (const char* name : {"in.txt", "in.txt.gz", "in.txt.zst"})
+    check_shards_of(dir / name, text, count, input);
 }
 
 }  // namespace
@@ -69,9 +77,8 @@ TEST_CASE("sharding: a TSV header is read once and left out of every shard", "[s
   check_shards(text, 2, tsv);
   const auto path = scratch_dir("sharding_tsv") / "in.tsv";
   write_file(path, text);
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  const ShardedInput info = inspect_input(fd, tsv);
-  ::close(fd);
+  InputFile file(path);
+  const ShardedInput info = inspect_input(file, tsv);
   CHECK(info.data_begin == 9);
   CHECK(info.columns == std::vector<std::string>{"id", "text"});
 }

@@ -104,6 +104,11 @@ RecordReader::RecordReader(std::FILE* in, InputOptions options)
   }
 }
 
+RecordReader::RecordReader(std::unique_ptr<ByteSource> in, InputOptions options)
+    : RecordReader(static_cast<std::FILE*>(nullptr), std::move(options)) {
+  source_ = std::move(in);
+}
+
 namespace {
 
 std::string comma_list(const std::vector<std::string>& names) {
@@ -130,6 +135,10 @@ void check_tsv_columns(const InputOptions& input, const std::vector<std::string>
 // records back from a slow producer. EINTR is left to the caller (a signal stops the run).
 bool RecordReader::fill() {
   pos_ = end_ = 0;
+  if (source_) {
+    end_ = source_->read(buffer_.data(), buffer_.size());
+    return end_ > 0;
+  }
   const int fd = fileno(in_);
   if (fd < 0) {  // a stream without a descriptor (fmemopen)
     end_ = std::fread(buffer_.data(), 1, buffer_.size(), in_);
@@ -178,7 +187,7 @@ RecordReader::LineStatus RecordReader::read_line(std::string& line, std::size_t&
 }
 
 bool RecordReader::would_block() const {
-  if (pos_ < end_) return false;
+  if (pos_ < end_ || source_) return false;  // a source is a file: it never waits for a writer
   pollfd p{fileno(in_), POLLIN, 0};
   return ::poll(&p, 1, 0) == 0;
 }

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,11 +38,21 @@ struct Record {
   std::string error;  // the record could not be read (invalid UTF-8, too long, bad JSON)
 };
 
+// Bytes a RecordReader reads when they do not come from a FILE: a decompressed file, a byte
+// range of a file (io/input_file.hpp).
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  // Up to `n` bytes; 0 at the end. Throws (RuntimeError naming the file) when it cannot read.
+  virtual std::size_t read(char* buffer, std::size_t n) = 0;
+};
+
 // Reads records one at a time from a stream; never holds more than one line (bounded by
 // max_record_bytes) in memory.
 class RecordReader {
  public:
   RecordReader(std::FILE* in, InputOptions options);
+  RecordReader(std::unique_ptr<ByteSource> in, InputOptions options);
   // False at end of input.
   bool next(Record& record);
   std::uint64_t bytes_read() const { return bytes_read_; }
@@ -59,7 +70,8 @@ class RecordReader {
 
   bool fill();  // refills buffer_ from in_; false at end of input
 
-  std::FILE* in_;
+  std::FILE* in_ = nullptr;
+  std::unique_ptr<ByteSource> source_;  // instead of in_
   InputOptions options_;
   std::vector<char> buffer_ = std::vector<char>(1 << 16);
   std::size_t pos_ = 0, end_ = 0;

@@ -88,7 +88,7 @@ class CorpusRun {
         batcher_(task, batching_for(task, options), *pool_,
                  [queue = queue_](Result r) { queue->put(std::move(r)); }) {}
 
-  RunStats run(std::FILE* in, std::FILE* out);
+  RunStats run(RecordReader& reader, std::FILE* out);
 
  private:
   bool stopping() const { return stop_.load() || interrupted(); }
@@ -109,9 +109,8 @@ class CorpusRun {
   std::exception_ptr input_error_;
 };
 
-RunStats CorpusRun::run(std::FILE* in, std::FILE* out) {
+RunStats CorpusRun::run(RecordReader& reader, std::FILE* out) {
   const auto start = Clock::now();
-  RecordReader reader(in, options_.input);  // before the writer thread: it may throw
   OrderedWriter writer(*queue_, out, writer_options(task_, options_), stop_, bytes_read_);
   std::thread writing([&] {
     block_stop_signals();
@@ -213,15 +212,32 @@ int interrupt_signal() {
   return g_signal.load();
 }
 
-RunStats run_corpus(const Task& task, std::FILE* in, std::FILE* out, const RunOptions& options) {
+namespace {
+
+RunStats run_reader(const Task& task, RecordReader& reader, std::FILE* out,
+                    const RunOptions& options) {
   task.begin_run(
       {.first_record = options.first_record, .shards = options.shards, .files = options.files});
   auto run = std::make_unique<CorpusRun>(task, options);
-  RunStats stats = run->run(in, out);
+  RunStats stats = run->run(reader, out);
   // Stopped early, workers may still be busy with its queue: left to the process exit.
   if (stats.interrupted || !stats.output_error.empty() || stats.stopped_on_failure)
     static_cast<void>(run.release());
   return stats;
+}
+
+}  // namespace
+
+// The reader is made before the run's threads: it may throw (a TSV header over the limit).
+RunStats run_corpus(const Task& task, std::FILE* in, std::FILE* out, const RunOptions& options) {
+  RecordReader reader(in, options.input);
+  return run_reader(task, reader, out, options);
+}
+
+RunStats run_corpus(const Task& task, std::unique_ptr<ByteSource> in, std::FILE* out,
+                    const RunOptions& options) {
+  RecordReader reader(std::move(in), options.input);
+  return run_reader(task, reader, out, options);
 }
 
 namespace {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -62,6 +63,9 @@ std::vector<Result> process_batch(const Task& task, std::span<Item* const> batch
 // When the run stops early (interrupted, output closed, --fail-fast) worker threads may still
 // be busy: the caller must end the process (std::_Exit) after reporting.
 RunStats run_corpus(const Task& task, std::FILE* in, std::FILE* out, const RunOptions& options);
+// The same, reading a ByteSource (a compressed file, a range of a file: io/input_file.hpp).
+RunStats run_corpus(const Task& task, std::unique_ptr<ByteSource> in, std::FILE* out,
+                    const RunOptions& options);
 
 // The summary as JSON (for --summary) and as text (for stderr).
 nlohmann::ordered_json summary_json(const Task& task, const RunStats& stats);

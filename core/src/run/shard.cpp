@@ -1,7 +1,5 @@
 #include "run/shard.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -14,25 +12,6 @@ namespace masque {
 namespace {
 
 constexpr std::size_t kChunk = std::size_t{1} << 20;
-
-// pread until `n` bytes or the end of the file; RuntimeError on a read error.
-std::size_t read_at(int fd, char* buffer, std::size_t n, std::uint64_t offset) {
-  std::size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::pread(fd, buffer + got, n - got, static_cast<off_t>(offset + got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) throw RuntimeError(std::string("cannot read the input: ") + std::strerror(errno));
-    if (r == 0) break;
-    got += static_cast<std::size_t>(r);
-  }
-  return got;
-}
-
-std::uint64_t file_size(int fd) {
-  const off_t end = ::lseek(fd, 0, SEEK_END);
-  if (end < 0) throw ConfigError("the input is not a seekable file (sharding needs -i FILE)");
-  return static_cast<std::uint64_t>(end);
-}
 
 }  // namespace
 
@@ -56,9 +35,9 @@ ShardSpec parse_shard_spec(const std::string& text) {
 }
 
 // The header is the file's first line, split at tabs as the record reader does.
-ShardedInput inspect_input(int fd, const InputOptions& input) {
+ShardedInput inspect_input(InputFile& file, const InputOptions& input) {
   ShardedInput info;
-  info.size = file_size(fd);
+  if (file.compression() == Compression::none) info.size = file.size();
   if (input.format != InputFormat::tsv) return info;
   if (!input.columns.empty()) {
     check_tsv_columns(input, input.columns);  // before an output or parts folder is made
@@ -68,7 +47,7 @@ ShardedInput inspect_input(int fd, const InputOptions& input) {
   std::vector<char> buffer(kChunk);
   std::uint64_t at = 0;
   while (true) {
-    const std::size_t n = read_at(fd, buffer.data(), buffer.size(), at);
+    const std::size_t n = file.read_at(buffer.data(), buffer.size(), at);
     const char* nl = static_cast<const char*>(std::memchr(buffer.data(), '\n', n));
     const std::size_t take = nl ? static_cast<std::size_t>(nl - buffer.data()) : n;
     line.append(buffer.data(), take);
@@ -96,8 +75,9 @@ ShardedInput inspect_input(int fd, const InputOptions& input) {
   return info;
 }
 
-std::uint64_t shard_begin(int fd, const ShardedInput& input, int index, int count) {
-  const std::uint64_t data = input.size - input.data_begin;
+std::uint64_t shard_begin(InputFile& file, const ShardedInput& input, int index, int count) {
+  const std::uint64_t size = file.size();
+  const std::uint64_t data = size - input.data_begin;
   // index * data / count without overflow for any file size.
   const auto target =
       input.data_begin +
@@ -106,22 +86,22 @@ std::uint64_t shard_begin(int fd, const ShardedInput& input, int index, int coun
   if (target <= input.data_begin) return input.data_begin;
   // A boundary is just after a line end: look from the byte before the target.
   std::vector<char> buffer(kChunk);
-  for (std::uint64_t at = target - 1; at < input.size;) {
-    const std::size_t n = read_at(fd, buffer.data(), buffer.size(), at);
+  for (std::uint64_t at = target - 1; at < size;) {
+    const std::size_t n = file.read_at(buffer.data(), buffer.size(), at);
     if (n == 0) break;
     if (const void* nl = std::memchr(buffer.data(), '\n', n))
       return at + static_cast<std::uint64_t>(static_cast<const char*>(nl) - buffer.data()) + 1;
     at += n;
   }
-  return input.size;
+  return size;
 }
 
-std::uint64_t count_line_ends(int fd, std::uint64_t begin, std::uint64_t end) {
+std::uint64_t count_line_ends(InputFile& file, std::uint64_t begin, std::uint64_t end) {
   std::vector<char> buffer(kChunk);
   std::uint64_t lines = 0;
   for (std::uint64_t at = begin; at < end;) {
     const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, end - at));
-    const std::size_t n = read_at(fd, buffer.data(), want, at);
+    const std::size_t n = file.read_at(buffer.data(), want, at);
     if (n == 0) break;
     lines += static_cast<std::uint64_t>(std::count(buffer.data(), buffer.data() + n, '\n'));
     at += n;
@@ -129,11 +109,11 @@ std::uint64_t count_line_ends(int fd, std::uint64_t begin, std::uint64_t end) {
   return lines;
 }
 
-std::uint64_t record_begin(int fd, const ShardedInput& input, std::uint64_t record) {
+std::uint64_t record_begin(InputFile& file, const ShardedInput& input, std::uint64_t record) {
   std::vector<char> buffer(kChunk);
   std::uint64_t at = input.data_begin;
-  while (record > 0 && at < input.size) {
-    const std::size_t n = read_at(fd, buffer.data(), buffer.size(), at);
+  while (record > 0) {
+    const std::size_t n = file.read_at(buffer.data(), buffer.size(), at);
     if (n == 0) break;
     const char* p = buffer.data();
     const char* end = p + n;
@@ -145,14 +125,14 @@ std::uint64_t record_begin(int fd, const ShardedInput& input, std::uint64_t reco
     }
     at += record > 0 ? n : static_cast<std::uint64_t>(p - buffer.data());
   }
-  return record > 0 ? input.size : at;
+  return at;  // the end of the data when it has fewer records
 }
 
-ShardRange shard_range(int fd, const ShardedInput& input, int index, int count) {
+ShardRange shard_range(InputFile& file, const ShardedInput& input, int index, int count) {
   ShardRange range;
-  range.begin = shard_begin(fd, input, index, count);
-  range.end = index + 1 == count ? input.size : shard_begin(fd, input, index + 1, count);
-  range.first_record = count_line_ends(fd, input.data_begin, range.begin);
+  range.begin = shard_begin(file, input, index, count);
+  range.end = index + 1 == count ? file.size() : shard_begin(file, input, index + 1, count);
+  range.first_record = count_line_ends(file, input.data_begin, range.begin);
   return range;
 }
 

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <memory>
 
+#include "io/input_file.hpp"
 #include "io/records.hpp"
 #include "masque/error.hpp"
 
@@ -103,8 +104,11 @@ std::vector<Example> load_examples(const std::string& file, const InputOptions& 
   // Record ids count records; a TSV read with its header has one line more before them.
   const std::uint64_t first_line =
       input.format == InputFormat::tsv && input.columns.empty() ? 2 : 1;
-  skip_byte_order_mark(in.get());
-  RecordReader reader(in.get(), input);
+  // FILE.gz / FILE.zst: read decompressed (io/compression.hpp).
+  const bool compressed = compression_of(file) != Compression::none;
+  if (!compressed) skip_byte_order_mark(in.get());
+  RecordReader reader = compressed ? RecordReader(InputFile(file).stream_from(0), input)
+                                   : RecordReader(in.get(), input);
   std::vector<Example> examples;
   Record record;
   std::int64_t total = 0;
