@@ -20,6 +20,10 @@ std::int32_t Stepper::admit(std::int32_t, bool) {
 bool Decoder::admits_records() const {
   return false;
 }
+bool Stepper::stops(std::int32_t, std::span<const TokenId>) const {
+  return false;
+}
+
 std::unique_ptr<Stepper> Stepper::fork() const {
   throw RuntimeError("this task's stepper cannot be copied (needed by return_alternatives)");
 }

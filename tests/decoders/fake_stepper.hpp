@@ -43,6 +43,14 @@ class FakeStepper final : public Stepper {
   void advance(std::span<const TokenId> tokens) override;
   void select(std::span<const std::int32_t> rows) override;
 
+  // Stepper::stops: hypotheses whose tokens satisfy `rule` end there (a task's stop strings).
+  void set_stop_rule(std::function<bool(std::span<const TokenId>)> rule) {
+    stop_rule_ = std::move(rule);
+  }
+  bool stops(std::int32_t, std::span<const TokenId> tokens) const override {
+    return stop_rule_ && stop_rule_(tokens);
+  }
+
   // Rows present at each logits() call.
   const std::vector<std::size_t>& rows_per_step() const { return rows_per_step_; }
 
@@ -61,6 +69,7 @@ class FakeStepper final : public Stepper {
   std::vector<Row> rows_;
   bool logits_given_ = false;
   std::vector<std::size_t> rows_per_step_;
+  std::function<bool(std::span<const TokenId>)> stop_rule_;
 };
 
 // A bigram model given as probabilities: the logits are their logs, so log-probs are exactly

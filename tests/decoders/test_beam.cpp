@@ -281,3 +281,17 @@ TEST_CASE("beam rejects more hypotheses than it can finish") {
   REQUIRE_NOTHROW(make_decoder("beam", beam_options(2, 1.5, 1.0, 3)));
   REQUIRE_THROWS_AS(make_decoder("beam", beam_options(2, 0.0, 1.0, 1)), ConfigError);
 }
+
+TEST_CASE("beam search finishes a candidate at the stepper's stop strings, keeping its token") {
+  // Step 1: a c (.45) completes the stop "ends in c" and b </s> (.405) ends: two finished, as
+  // many as beam_size and patience 1 ask for.
+  FakeStepper stepper(kStoryVocab, {FakeRecord{}}, story_model(), {END});
+  stepper.set_stop_rule([](std::span<const TokenId> t) { return !t.empty() && t.back() == C; });
+  const auto results = make_decoder("beam", beam_options(2, 1.0, 1.0, 2))->decode(stepper);
+  const auto& hyps = results.at(0).hypotheses;
+  REQUIRE(hyps.size() == 2);
+  require_hypothesis(hyps[0], {A, C}, ln(0.5 * 0.9) / 2);  // its length has no end token
+  REQUIRE(hyps[0].finished);
+  require_hypothesis(hyps[1], {B}, ln(0.45 * 0.9) / 2);
+  REQUIRE(hyps[1].finished);
+}

@@ -208,3 +208,17 @@ TEST_CASE("greedy results do not depend on the batch") {
     require_same(alone[0], batch[r]);
   }
 }
+
+TEST_CASE("greedy ends a hypothesis where the stepper's stop strings say, keeping its token") {
+  FakeStepper stepper(kStoryVocab, {FakeRecord{}}, story_model(), {END});
+  stepper.set_stop_rule([](std::span<const TokenId> t) {
+    return t.size() >= 2 && t[t.size() - 2] == A && t.back() == C;
+  });
+  const auto results = make_decoder("greedy", {})->decode(stepper);
+  const Hypothesis& h = results.at(0).hypotheses.at(0);
+  REQUIRE(h.tokens == std::vector<TokenId>{A, C});
+  REQUIRE(h.finished);
+  require_logprobs(h, {ln(0.5), ln(0.9)});
+  REQUIRE(h.score == Approx((ln(0.5) + ln(0.9)) / 2).margin(1e-6));  // no end token to count
+  REQUIRE(stepper.rows_per_step().size() == 2);                      // no step after the stop
+}

@@ -203,3 +203,70 @@ TEST_CASE("lm-generate: beam search returns n-best hypotheses with scores", "[e2
   CHECK(nbest.out.rfind("0 ||| ", 0) == 0);
   CHECK(std::count(nbest.out.begin(), nbest.out.end(), '\n') == 4);
 }
+
+TEST_CASE("lm-generate: stop strings end each text before them, in any batch and with beam",
+          "[e2e][lm][stop]") {
+  auto ref = read_json(shared_dir() / "models/stories260k/reference/greedy_256.json");
+  const std::string story = ref["text"];
+  // "little girl" spans two tokens of the story; "named Lily" comes later and is never reached.
+  REQUIRE(story.find("little girl") != std::string::npos);
+  auto one = run_masque({"run", pipeline("lm-generate.yaml"), "-q", "--set",
+                         "task.stop=[\"named Lily\", \"little girl\"]"},
+                        "\n");
+  REQUIRE(one.exit_code == 0);
+  const json out = parse_jsonl(one.out).at(0);
+  CHECK(out["text"] == story.substr(0, story.find("little girl")));
+  // The tokens are the story's, up to the one that completed the stop string.
+  const json& all = ref["generated_ids"];
+  REQUIRE(out["tokens"].size() < all.size());
+  for (std::size_t i = 0; i < out["tokens"].size(); ++i) CHECK(out["tokens"][i] == all[i]);
+
+  // Many prompts: a stop at every full stop. Each text is the unstopped text up to its first
+  // ".", whatever the batching and threads.
+  const std::string prompts =
+      "Once upon a time\nThe dog\nLily wanted\n\nTim and Sam\nOne day, a bird\nThe sun\n"
+      "A big red ball\nMom said\nThe cat\n";
+  const auto unstopped = run_masque(
+      {"run", pipeline("lm-generate.yaml"), "-q", "--set", "decoder.max_new_tokens=60"}, prompts);
+  REQUIRE(unstopped.exit_code == 0);
+  const auto plain = parse_jsonl(unstopped.out);
+  std::string first;
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"--set", "run.batching=static", "--set", "run.max_batch_size=1"},
+        {"--set", "run.batching=static", "--set", "run.max_batch_size=8"},
+        {"--set", "run.batching=continuous", "--set", "run.max_batch_size=3", "--threads", "2"}}) {
+    std::vector<std::string> args{"run",        pipeline("lm-generate.yaml"), "-q",
+                                  "--set",      "decoder.max_new_tokens=60",  "--set",
+                                  "task.stop=."};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run_masque(args, prompts);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    if (first.empty()) first = r.out;
+    CHECK(r.out == first);
+    const auto stopped = parse_jsonl(r.out);
+    REQUIRE(stopped.size() == plain.size());
+    for (std::size_t i = 0; i < plain.size(); ++i) {
+      const std::string text = plain[i]["text"];
+      CHECK(stopped[i]["text"] == text.substr(0, text.find('.')));
+    }
+  }
+
+  // Beam: no hypothesis holds the stop string.
+  auto beam = run_masque({"run", pipeline("lm-generate.yaml"), "-q", "--set", "decoder.plugin=beam",
+                          "--set", "decoder.beam_size=4", "--set", "decoder.num_hypotheses=3",
+                          "--set", "decoder.max_new_tokens=40", "--set", "task.stop=[\".\", \"!\"]"},
+                         "Once upon a time\nThe dog\n");
+  REQUIRE(beam.exit_code == 0);
+  for (const json& record : parse_jsonl(beam.out))
+    for (const json& h : record["hypotheses"]) {
+      CHECK(h["text"].get<std::string>().find('.') == std::string::npos);
+      CHECK(h["text"].get<std::string>().find('!') == std::string::npos);
+    }
+  // An empty stop string, and --stream, are refused up front.
+  CHECK(run_masque({"run", pipeline("lm-generate.yaml"), "-q", "--set", "task.stop=[\"\"]"}, "\n")
+            .exit_code == 2);
+  CHECK(run_masque({"run", pipeline("lm-generate.yaml"), "-q", "--stream", "--set", "task.stop=."},
+                   "\n")
+            .exit_code == 2);
+}

@@ -51,13 +51,17 @@ class BOOST_SYMBOL_VISIBLE Stepper {
   // it with finished rows already dropped. Returns how many came in: they are records
   // num_records() - count .. num_records() - 1. The default: 0 (a fixed set of records).
   virtual std::int32_t admit(std::int32_t rows_per_record, bool keep_rows);
+  // True when a hypothesis of `record` whose tokens (forced prefix and generated, the newest
+  // last) are `tokens` is finished by the text they decode to (a task's stop strings): the
+  // decoder then ends it as it ends one at an end token, with the token kept. Default: false.
+  virtual bool stops(std::int32_t record, std::span<const TokenId> tokens) const;
 };
 
 struct Hypothesis {
   std::vector<TokenId> tokens;  // forced prefix + generated tokens, end token excluded
   std::vector<float> logprobs;  // log-prob of each scored token, end token included if produced
   double score = 0.0;           // what the decoder ranks by (length-normalized for beam)
-  bool finished = false;        // stopped by an end token (false: a length limit)
+  bool finished = false;        // stopped by an end token or a stop string (false: a length limit)
 };
 
 struct DecodeResult {

@@ -113,8 +113,9 @@ class IndependentSearch {
     const TokenId token = forced ? plan.prefix[step] : choose(seq, plan, row, step);
     const bool ended = !forced && is_end_token(end_tokens_, token);
     if (!ended || options_.return_end_token) seq.tokens.push_back(token);
-    if (ended || step + 1 == plan.limit) {
-      finish(seq, ended);
+    const bool stopped = !ended && !forced && stepper_.stops(seq.record, seq.tokens);
+    if (ended || stopped || step + 1 == plan.limit) {
+      finish(seq, ended, stopped);
       return;
     }
     keep_.push_back(row_index);
@@ -137,12 +138,13 @@ class IndependentSearch {
     return token;
   }
 
-  void finish(Sequence& seq, bool ended) {
+  // `stopped`: by a stop string, whose last token is one of the tokens.
+  void finish(Sequence& seq, bool ended, bool stopped) {
     Hypothesis& h = results_[seq.record].hypotheses[seq.index % per_record_];
     const bool end_apart = ended && !options_.return_end_token;
     h.score = normalized_score(seq.logprob_sum, seq.tokens.size() + (end_apart ? 1 : 0),
                                options_.length_penalty);
-    h.finished = ended;
+    h.finished = ended || stopped;
     h.tokens = std::move(seq.tokens);
     h.logprobs = std::move(seq.logprobs);
   }

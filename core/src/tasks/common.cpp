@@ -418,14 +418,23 @@ std::unique_ptr<Stepper> ModelStepper::fork() const {
   copy->row_records_ = row_records_;
   copy->forked_ = true;  // a search's private branch: its tokens are not the output's
   copy->tally_ = tally_;
+  copy->stops_ = stops_;
   return copy;
 }
 
+bool ModelStepper::stops(std::int32_t, std::span<const TokenId> tokens) const {
+  return stops_ && stops_->matches(tokens);
+}
+
 void add_hypotheses(Result& result, const DecodeResult& decoded, const Tokenizer* tokenizer,
-                    bool with_logprobs) {
+                    bool with_logprobs, const StopStrings* stops) {
   if (decoded.hypotheses.empty()) throw RuntimeError("the decoder returned no hypothesis");
+  const auto text_of = [&](const Hypothesis& h) {
+    std::string text = detokenize(tokenizer, h.tokens);
+    return stops ? std::string(stops->cut(text)) : text;
+  };
   const Hypothesis& best = decoded.hypotheses.front();
-  result.text = detokenize(tokenizer, best.tokens);
+  result.text = text_of(best);
   result.object["text"] = result.text;
   result.object["tokens"] = best.tokens;
   result.object["score"] = best.score;
@@ -434,7 +443,7 @@ void add_hypotheses(Result& result, const DecodeResult& decoded, const Tokenizer
     auto list = nlohmann::ordered_json::array();
     for (const Hypothesis& h : decoded.hypotheses) {
       nlohmann::ordered_json j;
-      j["text"] = detokenize(tokenizer, h.tokens);
+      j["text"] = text_of(h);
       j["tokens"] = h.tokens;
       j["score"] = h.score;
       if (with_logprobs) j["token_logprobs"] = h.logprobs;

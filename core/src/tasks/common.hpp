@@ -18,6 +18,7 @@
 #include "masque/model.hpp"
 #include "masque/ops.hpp"
 #include "masque/tokenizer.hpp"
+#include "tasks/stop_strings.hpp"
 #include "tasks/task.hpp"
 
 namespace masque {
@@ -202,6 +203,9 @@ class ModelStepper final : public Stepper {
   void set_admission(Admission admission) { admission_ = std::move(admission); }
   // Every model step from now on, and its forks', is counted in `tally` (outliving them).
   void count_steps(StepTally* tally) { tally_ = tally; }
+  // Hypotheses end at these stop strings (outliving the stepper and its forks); none: null.
+  void set_stop_strings(const StopStrings* stops) { stops_ = stops; }
+  bool stops(std::int32_t record, std::span<const TokenId> tokens) const override;
   // A model whose state cannot take rows (DecodeState::can_append) gets new records only once
   // every row is finished: static batches of max_batch_size rows.
   std::int32_t admit(std::int32_t rows_per_record, bool keep_rows) override;
@@ -228,10 +232,12 @@ class ModelStepper final : public Stepper {
   Tensor attention_;  // [heads, rows, 1, keys]: record_->probs of the last step
   Admission admission_;
   StepTally* tally_ = nullptr;
+  const StopStrings* stops_ = nullptr;
 };
 
-// JSON for a decoded hypothesis list (shared by lm-generate and seq2seq).
+// JSON for a decoded hypothesis list (shared by lm-generate and seq2seq). With `stops`, each
+// text ends before its first stop string ("tokens" keep every generated id).
 void add_hypotheses(Result& result, const DecodeResult& decoded, const Tokenizer* tokenizer,
-                    bool with_logprobs);
+                    bool with_logprobs, const StopStrings* stops = nullptr);
 
 }  // namespace masque

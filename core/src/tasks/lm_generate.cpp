@@ -19,11 +19,16 @@ class LmGenerateTask final : public Task {
         mask_(*plugins.mask),
         decoder_(*plugins.decoder),
         token_logprobs_(params_.get_bool("token_logprobs")),
+        stops_(tokenizer_, params_.get_string_list("stop"), "task.stop"),
         limits_(continuous_limits(pipeline.run_params, decoder_)) {
     if (!mask_.supports_incremental())
       throw ConfigError("lm-generate decodes incrementally, which the mask strategy '" +
                         pipeline.at("mask").entry->key() + "' does not allow (use causal)");
     check_decoder_tokens(pipeline.at("decoder").params, model_.info().vocab_size);
+    if (StreamSink::active() && !stops_.empty())
+      throw ConfigError(
+          "--stream with task.stop: a streamed text could show the start of a stop string "
+          "before it is complete (run without --stream)");
     if (StreamSink* stream = StreamSink::active())
       stream->set_detokenize(
           [t = tokenizer_](std::span<const TokenId> ids) { return detokenize(t, ids); });
@@ -55,6 +60,7 @@ class LmGenerateTask final : public Task {
       ModelStepper stepper(model_, std::move(started.state), std::move(started.logits),
                            std::move(started.records), end_tokens());
       stepper.count_steps(&steps_);
+      if (!stops_.empty()) stepper.set_stop_strings(&stops_);
       decoded = decoder_.decode(stepper);
     }
     if (decoded.size() != items.size())
@@ -65,7 +71,8 @@ class LmGenerateTask final : public Task {
       Result r;
       r.id = items[i]->record.id;
       r.object["id"] = r.id;
-      add_hypotheses(r, decoded.at(i), tokenizer_, token_logprobs_);
+      add_hypotheses(r, decoded.at(i), tokenizer_, token_logprobs_,
+                     stops_.empty() ? nullptr : &stops_);
       r.tokens += items[i]->tokens.size();
       results.push_back(std::move(r));
     }
@@ -108,6 +115,7 @@ class LmGenerateTask final : public Task {
   std::vector<DecodeResult> decode_continuously(std::span<Item* const> items) const {
     ModelStepper stepper(model_, nullptr, Tensor(), {}, end_tokens());
     stepper.count_steps(&steps_);
+    if (!stops_.empty()) stepper.set_stop_strings(&stops_);
     return masque::decode_continuously(
         decoder_, stepper, items, limits_,
         [&](std::span<Item* const> batch) { return start_records(batch); });
@@ -129,6 +137,7 @@ class LmGenerateTask final : public Task {
   const MaskStrategy& mask_;
   const Decoder& decoder_;
   bool token_logprobs_;
+  StopStrings stops_;
   ContinuousLimits limits_;
   mutable StepTally steps_;  // process() runs concurrently: StepTally is atomic
 };
@@ -144,7 +153,14 @@ const TaskRegistration registration({
              .params = {{.name = "token_logprobs",
                          .type = ParamType::boolean,
                          .default_value = "false",
-                         .help = "also output the log-probability of every generated token"}},
+                         .help = "also output the log-probability of every generated token"},
+                        {.name = "stop",
+                         .type = ParamType::string_list,
+                         .default_value = "[]",
+                         .help = "stop strings: a hypothesis ends as soon as its decoded text "
+                                 "holds one (matched across token boundaries) and its text "
+                                 "ends just before it (\"tokens\" keep the token that completed "
+                                 "it); not with --stream"}},
              .required_sections = {"model", "mask", "decoder"},
              .optional_sections = {"tokenizer"},
              .default_plugins = {{"mask", "causal"}, {"decoder", "greedy"}},

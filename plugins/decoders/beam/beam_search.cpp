@@ -250,31 +250,42 @@ class BeamSearch {
     }
   }
 
-  // Slots 0..slots-1 take candidates 0..slots-1; finished ones are registered and replaced
-  // by the next unused candidate that is not an end token.
+  // Slots 0..slots-1 take candidates 0..slots-1; finished ones (an end token, a stop string)
+  // are registered and replaced by the next unused candidate that does not finish.
   void fill_slots(ActiveRecord& a, std::int32_t slots, bool free_step, bool last) {
     slots_.clear();
     std::size_t spare = static_cast<std::size_t>(slots);
     for (std::int32_t k = 0; k < slots; ++k) {
       const Candidate& c = candidates_[static_cast<std::size_t>(k)];
       const bool ended = free_step && is_end_token(end_tokens_, c.token);
+      const bool stopped = free_step && !ended && stops(a, c);
       std::size_t slot = static_cast<std::size_t>(k);
-      if (ended || last) {
+      if (ended || stopped || last) {
         if (k == 0) a.top_finished = true;
-        register_hypothesis(a, c, ended);
-        slot = refill(spare, slot);
+        register_hypothesis(a, c, ended, stopped);
+        slot = refill(a, spare, slot);
       }
       slots_.push_back(slot);
     }
   }
 
-  std::size_t refill(std::size_t& spare, std::size_t fallback) const {
+  // The candidate's tokens decode to a stop string (Stepper::stops).
+  bool stops(const ActiveRecord& a, const Candidate& c) {
+    const Beam& origin = beams_[static_cast<std::size_t>(a.first_row + c.beam)];
+    stop_scratch_.assign(origin.tokens.begin(), origin.tokens.end());
+    stop_scratch_.push_back(c.token);
+    return stepper_.stops(a.record, stop_scratch_);
+  }
+
+  std::size_t refill(const ActiveRecord& a, std::size_t& spare, std::size_t fallback) {
     for (; spare < candidates_.size(); ++spare)
-      if (!is_end_token(end_tokens_, candidates_[spare].token)) return spare++;
+      if (!is_end_token(end_tokens_, candidates_[spare].token) && !stops(a, candidates_[spare]))
+        return spare++;
     return fallback;
   }
 
-  void register_hypothesis(ActiveRecord& a, const Candidate& c, bool ended) {
+  // Its score is normalized here: the length counts an end token kept apart.
+  void register_hypothesis(ActiveRecord& a, const Candidate& c, bool ended, bool stopped) {
     const Beam& origin = beams_[static_cast<std::size_t>(a.first_row + c.beam)];
     Hypothesis& h = a.finished.emplace_back();
     h.tokens.reserve(origin.tokens.size() + 1);
@@ -283,8 +294,10 @@ class BeamSearch {
     h.logprobs.reserve(origin.logprobs.size() + 1);
     h.logprobs.assign(origin.logprobs.begin(), origin.logprobs.end());
     if (c.scored) h.logprobs.push_back(c.logprob);
-    h.score = c.score;
-    h.finished = ended;
+    h.score = decoding::normalized_score(
+        c.score, h.tokens.size() + (ended && !options_.return_end_token ? 1 : 0),
+        options_.length_penalty);
+    h.finished = ended || stopped;
   }
 
   bool is_done(const ActiveRecord& a, bool last) const {
@@ -293,13 +306,7 @@ class BeamSearch {
     return a.finished.size() >= max_finished_;
   }
 
-  void finalize(ActiveRecord& a) const {
-    for (Hypothesis& h : a.finished)
-      h.score = decoding::normalized_score(
-          h.score, h.tokens.size() + (h.finished && !options_.return_end_token ? 1 : 0),
-          options_.length_penalty);
-    decoding::sort_hypotheses(a.finished, num_hypotheses_);
-  }
+  void finalize(ActiveRecord& a) const { decoding::sort_hypotheses(a.finished, num_hypotheses_); }
 
   void continue_beams(const ActiveRecord& a, std::int32_t step) {
     const std::span<const TokenId> biased = plans_[a.record].biased;
@@ -342,6 +349,7 @@ class BeamSearch {
   std::size_t beam_count_ = 0, next_count_ = 0;
   std::vector<Candidate> candidates_;
   std::vector<std::size_t> slots_;
+  std::vector<TokenId> stop_scratch_;  // a candidate's tokens, for Stepper::stops
   std::vector<std::int32_t> origins_;  // old row of each next row
   std::vector<TokenId> next_tokens_;
   std::vector<std::int32_t> top_ids_;
