@@ -4,7 +4,7 @@
 Usage: qwen2_reference.py OUT_DIR
 
 Writes OUT_DIR/qwen2-tied, OUT_DIR/qwen2-window, OUT_DIR/llama-window, OUT_DIR/mistral,
-OUT_DIR/llama3-rope and OUT_DIR/llama-linear-rope (config.json, model.safetensors) and OUT_DIR/reference.json. The network is a plain-torch float64 transcription of Hugging Face's
+OUT_DIR/llama3-rope, OUT_DIR/llama-linear-rope and OUT_DIR/qwen3 (config.json, model.safetensors) and OUT_DIR/reference.json. The network is a plain-torch float64 transcription of Hugging Face's
 modeling_qwen2.py (Qwen2ForCausalLM): RMSNorm pre-norm decoder layers, q/k/v projections with
 biases and an o_proj without, rotate_half RoPE with inv_freq = 1 / theta^(2i/d), grouped-query
 attention (repeat_kv), causal masking with Qwen2's sliding window on the layers its config
@@ -13,7 +13,8 @@ norm and a tied or separate lm_head. llama-window is the same network as a Llama
 biases whose Mistral-style sliding_window holds in every layer, mistral the same network as a
 MistralConfig with a head_dim other than hidden_size / heads; llama3-rope and llama-linear-rope
 rescale the RoPE frequencies as their rope_scaling says (modeling_rope_utils.py's llama3 and
-linear rules). python3-torch only;
+linear rules); qwen3 is modeling_qwen3.py's Qwen3ForCausalLM: q and k RMS-normed per head
+(q_norm, k_norm) before the rotation. python3-torch only;
 deterministic (fixed seeds).
 """
 import json
@@ -69,6 +70,11 @@ VARIANTS = {
     "llama-linear-rope": {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
                           "tie_word_embeddings": False, "attention_bias": False,
                           "rope_scaling": {"type": "linear", "factor": 4.0}},
+    # Qwen3: q and k RMS-normed per head (q_norm, k_norm over head_dim) before RoPE, a head_dim
+    # of its own, no biases, Qwen2's sliding window on layers max_window_layers..
+    "qwen3": {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
+              "tie_word_embeddings": False, "head_dim": 16, "attention_bias": False,
+              "use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1},
 }
 
 
@@ -77,8 +83,13 @@ def head_dim(config):
 
 
 def has_bias(config):
-    """Qwen2 has biases on q, k and v; Llama (attention_bias false) none."""
+    """Qwen2 has biases on q, k and v; Llama and Qwen3 (attention_bias false) none."""
     return config["model_type"] == "qwen2"
+
+
+def has_qk_norm(config):
+    """modeling_qwen3.py: Qwen3Attention's q_norm and k_norm (Qwen3RMSNorm over head_dim)."""
+    return config["model_type"] == "qwen3"
 
 
 def make_weights(config, seed):
@@ -100,6 +111,9 @@ def make_weights(config, seed):
             w[p + f"self_attn.{name}_proj.weight"] = rand(out, c)
             if has_bias(config):
                 w[p + f"self_attn.{name}_proj.bias"] = rand(out, std=0.2)
+        if has_qk_norm(config):
+            w[p + "self_attn.q_norm.weight"] = 1 + rand(d, std=0.1)
+            w[p + "self_attn.k_norm.weight"] = 1 + rand(d, std=0.1)
         w[p + "self_attn.o_proj.weight"] = rand(c, heads * d)
         w[p + "mlp.gate_proj.weight"] = rand(inner, c)
         w[p + "mlp.up_proj.weight"] = rand(inner, c)
@@ -175,6 +189,9 @@ def forward(config, w, ids, mask_window=None):
         q = q.view(T, heads, d).transpose(0, 1)
         k = k.view(T, kv, d).transpose(0, 1)
         v = v.view(T, kv, d).transpose(0, 1)
+        if has_qk_norm(config):  # q_norm(q_proj(x).view(hidden_shape)), before the rotation
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(heads // kv, dim=0)  # repeat_kv

@@ -306,6 +306,8 @@ class TAttention {
       throw ConfigError("training: sliding-window attention is not trainable yet");
     if (spec.relative_bias.kind != RelativeBiasKind::none)
       throw ConfigError("training: relative position biases (T5, ALiBi) are not trainable yet");
+    if (spec.q_norm.present() || spec.k_norm.present())
+      throw ConfigError("training: per-head q/k norms (Qwen3) are not trainable yet");
     for (const LinearSpec& p : spec.projections) projections_.emplace_back(p, params, compute);
     dims_ = {spec.heads, spec.kv_heads, spec.head_dim, spec.scale};
   }

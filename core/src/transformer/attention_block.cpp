@@ -8,6 +8,25 @@
 
 namespace masque::transformer {
 
+namespace {
+
+// `norm` over each head's slice of columns [offset, offset + heads * head_dim) of every row of
+// x, in place (through `scratch`, one row per row and head).
+void norm_heads(const Norm& norm, std::int32_t head_dim, std::int64_t offset, std::int32_t heads,
+                Tensor& x, Tensor& scratch) {
+  if (norm.empty()) return;
+  const std::int64_t rows = x.dim(0), width = x.dim(1);
+  const std::int64_t span = std::int64_t{heads} * head_dim;
+  scratch.resize({rows * heads, head_dim});
+  for (std::int64_t r = 0; r < rows; ++r)
+    std::copy_n(x.f32() + r * width + offset, span, scratch.f32() + r * span);
+  norm.forward(scratch, scratch);
+  for (std::int64_t r = 0; r < rows; ++r)
+    std::copy_n(scratch.f32() + r * span, span, x.f32() + r * width + offset);
+}
+
+}  // namespace
+
 Attention::Attention(const AttentionSpec& spec, const WeightReader& weights, const Rotary* rotary)
     : dims_{spec.heads, spec.kv_heads, spec.head_dim, spec.scale},
       window_(spec.window),
@@ -16,6 +35,10 @@ Attention::Attention(const AttentionSpec& spec, const WeightReader& weights, con
   if (spec.rotary && !rotary) throw ConfigError("attention: rotary positions without a table");
   if (spec.cross && spec.projections.size() != 3)
     throw ConfigError("attention: cross-attention needs q, k and v projections");
+  if (spec.cross && (spec.q_norm.present() || spec.k_norm.present()))
+    throw ConfigError("attention: per-head q/k norms are implemented for self-attention only");
+  if (spec.q_norm.present()) q_norm_ = Norm(spec.q_norm, weights);
+  if (spec.k_norm.present()) k_norm_ = Norm(spec.k_norm, weights);
   const auto groups = projection_groups(spec);
   qkv_ = weights.fused(groups.front());
   if (spec.cross) kv_ = weights.fused(groups.back());
@@ -46,6 +69,8 @@ void Attention::forward(const Tensor& h, Workspace& ws, const AttentionTarget& t
   const std::int64_t kv_width = dims_.kv_heads * std::int64_t{dims_.head_dim};
   qkv_.forward(h, ws.qkv);
   const std::int64_t rows = ws.qkv.dim(0), width = ws.qkv.dim(1);
+  norm_heads(q_norm_, dims_.head_dim, 0, dims_.heads, ws.qkv, ws.heads);
+  norm_heads(k_norm_, dims_.head_dim, q_width, dims_.kv_heads, ws.qkv, ws.heads);
   if (rotary_) {
     rotary_->apply(ws.qkv.f32(), rows, width, dims_.heads, target.positions);
     rotary_->apply(ws.qkv.f32() + q_width, rows, width, dims_.kv_heads, target.positions);

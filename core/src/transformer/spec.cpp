@@ -55,6 +55,8 @@ class Collector {
     for (const LinearSpec& l : a.projections) linear(l);
     linear(a.output);
     add(a.relative_bias.table, ParameterRole::table);
+    norm(a.q_norm);
+    norm(a.k_norm);
   }
   void stack(const StackSpec& s) {
     add(s.embeddings.tokens, ParameterRole::embedding);

@@ -1,6 +1,7 @@
-// The Llama family's network (Llama, Qwen2; Mistral-style sliding windows): RMSNorm pre-norm
-// blocks, rotary positions (rotate_half), grouped-query attention, a SwiGLU MLP. A plugin reads
-// what its config says about biases and sliding windows into LlamaFamily; the rest is read here.
+// The Llama family's network (Llama, Qwen2, Qwen3; Mistral-style sliding windows): RMSNorm
+// pre-norm blocks, rotary positions (rotate_half), grouped-query attention (Qwen3: q and k
+// normed per head first), a SwiGLU MLP. A plugin reads what its config says about biases, q/k
+// norms and sliding windows into LlamaFamily; the rest is read here.
 #pragma once
 
 #include <cmath>
@@ -20,6 +21,7 @@ struct LlamaFamily {
   const char* architecture;
   std::int64_t default_positions;  // max_position_embeddings when absent
   bool qkv_bias = false, o_bias = false, mlp_bias = false;
+  bool qk_norm = false;               // Qwen3: self_attn.q_norm / k_norm, per head
   std::vector<std::int32_t> windows;  // per layer, 0 = full attention (empty: all full)
 };
 
@@ -127,6 +129,10 @@ inline transformer::TransformerSpec llama_family_spec(const JsonConfig& config,
                    .output = linear(p + "self_attn.o_proj", c, q, family.o_bias),
                    .rotary = true,
                    .window = family.windows.empty() ? 0 : family.windows[l]};
+    if (family.qk_norm) {
+      b.attention.q_norm = norm(NormKind::rms_norm, p + "self_attn.q_norm", head_dim, eps);
+      b.attention.k_norm = norm(NormKind::rms_norm, p + "self_attn.k_norm", head_dim, eps);
+    }
     b.mlp_norm = norm(NormKind::rms_norm, p + "post_attention_layernorm", c, eps);
     b.mlp = {.kind = MlpKind::gated,
              .activation = Activation::silu,

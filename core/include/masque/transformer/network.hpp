@@ -55,6 +55,7 @@ struct Workspace {
   std::vector<std::int32_t> positions;  // likewise
   std::vector<std::int32_t> token_types;
   Tensor hidden, normed, sublayer, qkv, context, inner, gated, selected, transformed;
+  Tensor heads;  // one row per (row, head): per-head q/k norms
 };
 
 // Where self-attention finds its keys: the batch itself under its layout (a full forward), or a
@@ -127,8 +128,9 @@ class Attention {
   std::shared_ptr<const Tensor> bias_table_;
   PositionBias bias_;
   const Rotary* rotary_ = nullptr;
-  Linear qkv_;  // self: q|k|v; cross: q
-  Linear kv_;   // cross: k|v of the memory
+  Norm q_norm_, k_norm_;  // per head (AttentionSpec::q_norm), or empty
+  Linear qkv_;            // self: q|k|v; cross: q
+  Linear kv_;             // cross: k|v of the memory
   Linear out_;
 };
 

@@ -112,6 +112,9 @@ struct AttentionSpec {
   bool rotary = false;      // rotate q and k (the stack's PositionSpec)
   std::int32_t window = 0;  // sliding window (Mistral): keys ranked < window below the query
   RelativeBiasSpec relative_bias{};
+  // Per-head norms of q and k after the projection, before rotation (Qwen3's q_norm/k_norm):
+  // [head_dim] weights, one norm over each head's slice of a row. Absent: none.
+  NormSpec q_norm{}, k_norm{};
 
   std::int64_t q_width() const { return std::int64_t{heads} * head_dim; }
   std::int64_t kv_width() const { return std::int64_t{kv_heads} * head_dim; }
