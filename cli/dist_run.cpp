@@ -67,12 +67,16 @@ class ShardOutput {
     if (const Compression c = compression_of(out); c != Compression::none)
       stream_ = open_compressing_stream(file, c, out, options.unbuffered);
   }
-  ~ShardOutput() { finish(); }  // a run that threw: the records written so far stay readable
+  // A run that threw: the records written so far stay readable. After finish() the file may
+  // be closed: nothing is touched again.
+  ~ShardOutput() { finish(); }
   ShardOutput(const ShardOutput&) = delete;
   ShardOutput& operator=(const ShardOutput&) = delete;
   std::FILE* stream() const { return stream_; }
-  // Ends the compression and flushes the file; false on a write error (errno says which).
+  // Ends the compression and flushes the file, once; false on a write error (errno says which).
   bool finish() {
+    if (finished_) return true;
+    finished_ = true;
     if (stream_ != file_) {
       const int closed = std::fclose(stream_);
       stream_ = file_;
@@ -84,6 +88,7 @@ class ShardOutput {
  private:
   std::FILE* file_;
   std::FILE* stream_;
+  bool finished_ = false;
 };
 
 // An unnamed file in $TMPDIR: a rank's output until rank 0 takes it.
