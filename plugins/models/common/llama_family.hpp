@@ -169,6 +169,14 @@ inline std::vector<std::int32_t> sliding_windows(const JsonConfig& config, std::
   return out;
 }
 
+// Qwen2Config's and Qwen3Config's windows: sliding_window counts only with use_sliding_window;
+// then the layers from max_window_layers on (or those layer_types marks) attend within it.
+inline std::vector<std::int32_t> qwen_sliding_windows(const JsonConfig& config) {
+  if (!config.get_bool("use_sliding_window", false)) return {};
+  const auto first = static_cast<std::int32_t>(config.get_int("max_window_layers", 28));
+  return sliding_windows(config, positive(config, "num_hidden_layers"), first);
+}
+
 // The model of a Llama-family folder.
 inline Plugin* build_llama_family(const HfFolder& folder, const LlamaFamily& family,
                                   const Params& params) {

@@ -10,16 +10,10 @@ masque::Plugin* create(const masque::Params& params) {
   using namespace masque::models;
   const HfFolder folder(params);
   expect_model_type(folder.config, "qwen2");
-  const std::int32_t layers = positive(folder.config, "num_hidden_layers");
-  // Qwen2Config: sliding_window counts only with use_sliding_window; then the layers from
-  // max_window_layers on (or those layer_types marks) attend within the window.
-  const bool windowed = folder.config.get_bool("use_sliding_window", false);
-  const auto first = static_cast<std::int32_t>(folder.config.get_int("max_window_layers", 28));
   const LlamaFamily family{.architecture = "qwen2",
                            .default_positions = 32768,
                            .qkv_bias = true,
-                           .windows = windowed ? sliding_windows(folder.config, layers, first)
-                                               : std::vector<std::int32_t>{}};
+                           .windows = qwen_sliding_windows(folder.config)};
   return build_llama_family(folder, family, params);
 }
 

@@ -10,18 +10,13 @@ masque::Plugin* create(const masque::Params& params) {
   using namespace masque::models;
   const HfFolder folder(params);
   expect_model_type(folder.config, "qwen3");
-  const std::int32_t layers = positive(folder.config, "num_hidden_layers");
-  // Qwen3Config, as Qwen2Config: sliding_window counts only with use_sliding_window.
-  const bool windowed = folder.config.get_bool("use_sliding_window", false);
-  const auto first = static_cast<std::int32_t>(folder.config.get_int("max_window_layers", 28));
   const bool bias = folder.config.get_bool("attention_bias", false);
   const LlamaFamily family{.architecture = "qwen3",
                            .default_positions = 32768,
                            .qkv_bias = bias,
                            .o_bias = bias,
                            .qk_norm = true,
-                           .windows = windowed ? sliding_windows(folder.config, layers, first)
-                                               : std::vector<std::int32_t>{}};
+                           .windows = qwen_sliding_windows(folder.config)};
   return build_llama_family(folder, family, params);
 }
 
