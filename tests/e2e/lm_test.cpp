@@ -270,3 +270,38 @@ TEST_CASE("lm-generate: stop strings end each text before them, in any batch and
                    "\n")
             .exit_code == 2);
 }
+
+TEST_CASE("lm-generate: a JSON record's own \"stop\" replaces task.stop for that record",
+          "[e2e][lm][stop]") {
+  const std::string input =
+      "{\"text\": \"Once upon a time\", \"stop\": \"little girl\"}\n"
+      "{\"text\": \"Once upon a time\"}\n"
+      "{\"text\": \"Once upon a time\", \"stop\": [\"park\", \"Lily\"]}\n"
+      "{\"text\": \"Once upon a time\", \"stop\": [\"\"]}\n"
+      "{\"text\": \"Once upon a time\", \"stop\": 3}\n";
+  const auto plain = run_masque({"run", pipeline("lm-generate.yaml"), "-q", "--input-format",
+                                 "jsonl", "--set", "decoder.max_new_tokens=60"},
+                                "{\"text\": \"Once upon a time\"}\n");
+  REQUIRE(plain.exit_code == 0);
+  const std::string full = parse_jsonl(plain.out).at(0)["text"];
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"--set", "run.batching=static"},
+        {"--set", "run.batching=continuous", "--set", "run.max_batch_size=2"}}) {
+    std::vector<std::string> args{"run",          pipeline("lm-generate.yaml"),
+                                  "-q",           "--input-format",
+                                  "jsonl",        "--set",
+                                  "task.stop=.",  "--set",
+                                  "decoder.max_new_tokens=60"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run_masque(args, input);
+    INFO(r.err);
+    CHECK(r.exit_code == 1);  // the two bad "stop" fields
+    const auto out = parse_jsonl(r.out);
+    REQUIRE(out.size() == 5);
+    CHECK(out[0]["text"] == full.substr(0, full.find("little girl")));
+    CHECK(out[1]["text"] == full.substr(0, full.find('.')));  // task.stop
+    CHECK(out[2]["text"] == full.substr(0, std::min(full.find("park"), full.find("Lily"))));
+    CHECK_THAT(out[3]["error"].get<std::string>(), Catch::Contains("empty"));
+    CHECK_THAT(out[4]["error"].get<std::string>(), Catch::Contains("list of strings"));
+  }
+}

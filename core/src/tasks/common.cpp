@@ -422,8 +422,9 @@ std::unique_ptr<Stepper> ModelStepper::fork() const {
   return copy;
 }
 
-bool ModelStepper::stops(std::int32_t, std::span<const TokenId> tokens) const {
-  return stops_ && stops_->matches(tokens);
+bool ModelStepper::stops(std::int32_t record, std::span<const TokenId> tokens) const {
+  const StopStrings* s = records_[record].stops ? records_[record].stops.get() : stops_;
+  return s && s->matches(tokens);
 }
 
 void add_hypotheses(Result& result, const DecodeResult& decoded, const Tokenizer* tokenizer,

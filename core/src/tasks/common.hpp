@@ -88,6 +88,8 @@ struct StepperRecord {
   std::int32_t max_steps = -1;
   // Ids the record may produce (a vocabulary map), allowed[id] != 0; empty: all.
   std::vector<std::uint8_t> allowed;
+  // The record's own stop strings (its input's "stop" field), instead of the task's; or null.
+  std::shared_ptr<const StopStrings> stops;
 };
 
 // Continuous batching: records a task starts when the decoder has room for them.
@@ -203,7 +205,8 @@ class ModelStepper final : public Stepper {
   void set_admission(Admission admission) { admission_ = std::move(admission); }
   // Every model step from now on, and its forks', is counted in `tally` (outliving them).
   void count_steps(StepTally* tally) { tally_ = tally; }
-  // Hypotheses end at these stop strings (outliving the stepper and its forks); none: null.
+  // Hypotheses end at these stop strings (outliving the stepper and its forks), unless their
+  // record has its own (StepperRecord::stops); none: null.
   void set_stop_strings(const StopStrings* stops) { stops_ = stops; }
   bool stops(std::int32_t record, std::span<const TokenId> tokens) const override;
   // A model whose state cannot take rows (DecodeState::can_append) gets new records only once

@@ -47,6 +47,7 @@ class LmGenerateTask final : public Task {
     }
     check_length(item, item.tokens.size(), params_, model_);
     item.cost = item.tokens.size();
+    item.data = record_stops(item.record);
   }
 
   bool batches_continuously() const override { return limits_.enabled; }
@@ -71,8 +72,7 @@ class LmGenerateTask final : public Task {
       Result r;
       r.id = items[i]->record.id;
       r.object["id"] = r.id;
-      add_hypotheses(r, decoded.at(i), tokenizer_, token_logprobs_,
-                     stops_.empty() ? nullptr : &stops_);
+      add_hypotheses(r, decoded.at(i), tokenizer_, token_logprobs_, stops_of(*items[i]));
       r.tokens += items[i]->tokens.size();
       results.push_back(std::move(r));
     }
@@ -86,6 +86,34 @@ class LmGenerateTask final : public Task {
   void merge_summary_state(const nlohmann::ordered_json& state) override { steps_.merge(state); }
 
  private:
+  // A JSON record's "stop" (a string or a list of strings): its own stop strings, which replace
+  // task.stop; null when it has none.
+  std::shared_ptr<StopStrings> record_stops(const Record& record) const {
+    const auto it = record.fields.find("stop");
+    if (it == record.fields.end() || it->is_null()) return nullptr;
+    if (StreamSink::active())
+      throw RecordError(
+          "\"stop\" with --stream: a streamed text could show the start of a stop "
+          "string before it is complete");
+    std::vector<std::string> list;
+    if (it->is_string()) list.push_back(it->get<std::string>());
+    if (it->is_array())
+      for (const auto& s : *it) {
+        if (!s.is_string()) throw RecordError("\"stop\": expected a string or a list of strings");
+        list.push_back(s.get<std::string>());
+      }
+    if (!it->is_string() && !it->is_array())
+      throw RecordError("\"stop\": expected a string or a list of strings");
+    for (const std::string& s : list)
+      if (s.empty()) throw RecordError("\"stop\": a stop string is empty (it would stop at once)");
+    return std::make_shared<StopStrings>(tokenizer_, std::move(list), "\"stop\"");
+  }
+
+  const StopStrings* stops_of(const Item& item) const {
+    if (item.data) return static_cast<const StopStrings*>(item.data.get());
+    return stops_.empty() ? nullptr : &stops_;
+  }
+
   // Prefills `items` (their prompts, right-padded) into a new decoding state.
   AdmittedRecords start_records(std::span<Item* const> items) const {
     std::vector<SequenceSpec> specs(items.size());
@@ -98,6 +126,7 @@ class LmGenerateTask final : public Task {
       specs[i].record_id = items[i]->record.id;
       StepperRecord& record = out.records[i];
       record.id = items[i]->record.id;
+      record.stops = std::static_pointer_cast<const StopStrings>(items[i]->data);
       record.context = items[i]->tokens;
       if (max_positions > 0)
         record.max_steps = max_positions - static_cast<std::int32_t>(items[i]->tokens.size());
@@ -160,7 +189,8 @@ const TaskRegistration registration({
                          .help = "stop strings: a hypothesis ends as soon as its decoded text "
                                  "holds one (matched across token boundaries) and its text "
                                  "ends just before it (\"tokens\" keep the token that completed "
-                                 "it); not with --stream"}},
+                                 "it); a JSON record's own \"stop\" (a string or a list) "
+                                 "replaces it for that record; not with --stream"}},
              .required_sections = {"model", "mask", "decoder"},
              .optional_sections = {"tokenizer"},
              .default_plugins = {{"mask", "causal"}, {"decoder", "greedy"}},
