@@ -158,8 +158,10 @@ std::string Streams::close_output() {
 
 Streams::~Streams() {
   if (in && in != stdin) std::fclose(in);
-  if (out_file) std::fclose(out);  // the compressing stream first: it writes into out_file
-  if (out_file) out = out_file;
+  if (out_file) {  // the compressing stream first: it writes into out_file
+    std::fclose(out);
+    out = out_file;
+  }
   if (out && out != stdout) std::fclose(out);
 }
 

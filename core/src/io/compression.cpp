@@ -7,16 +7,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 
 #include "masque/error.hpp"
 
 namespace masque {
 
 namespace {
-
-bool ends_with(std::string_view s, std::string_view end) {
-  return s.size() >= end.size() && s.substr(s.size() - end.size()) == end;
-}
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -27,8 +24,8 @@ constexpr int kGzipWindow = 15 + 16;  // zlib: a 32 KiB window with a gzip heade
 }  // namespace
 
 Compression compression_of(std::string_view path) {
-  if (ends_with(path, ".gz")) return Compression::gzip;
-  if (ends_with(path, ".zst")) return Compression::zstd;
+  if (path.ends_with(".gz")) return Compression::gzip;
+  if (path.ends_with(".zst")) return Compression::zstd;
   return Compression::none;
 }
 
@@ -307,13 +304,9 @@ WholeFrames copy_whole_frames(const std::string& path, Compression compression, 
       static_cast<std::uint64_t>(std::ftell(plain)) < last.decompressed ||
       ::ftruncate(fileno(plain), static_cast<off_t>(last.decompressed)) != 0)
     throw RuntimeError("cannot write a temporary file: " + std::string(std::strerror(errno)));
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f && std::fseek(f, 0, SEEK_END) == 0) {
-    const long size = std::ftell(f);
-    if (size > 0 && static_cast<std::uint64_t>(size) > last.compressed)
-      whole.dropped = static_cast<std::uint64_t>(size) - last.compressed;
-  }
-  if (f) std::fclose(f);
+  std::error_code ec;
+  const std::uint64_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > last.compressed) whole.dropped = size - last.compressed;
   return whole;
 }
 

@@ -66,8 +66,9 @@ class Decompressed final : public ByteSource {
 InputFile::InputFile(std::string path)
     : path_(std::move(path)), compression_(compression_of(path_)) {
   if (compression_ != Compression::none) {
-    decompressor_ = std::make_unique<Decompressor>(path_, compression_);
-    return;
+    if (::access(path_.c_str(), R_OK) != 0)  // as Decompressor says it, before any reading
+      throw ConfigError(path_ + ": cannot open the input file: " + std::strerror(errno));
+    return;  // decompressed when read_at or size asks: stream_from needs no reader here
   }
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw ConfigError(path_ + ": cannot open the input file: " + std::strerror(errno));
@@ -79,7 +80,7 @@ InputFile::~InputFile() {
 
 std::size_t InputFile::read_at(char* buffer, std::size_t n, std::uint64_t offset) {
   if (compression_ == Compression::none) return pread_all(fd_, buffer, n, offset, path_);
-  if (offset < decompressor_->position())
+  if (!decompressor_ || offset < decompressor_->position())
     decompressor_ = std::make_unique<Decompressor>(path_, compression_);
   decompressor_->skip(offset - decompressor_->position());
   std::size_t got = 0;
@@ -98,6 +99,7 @@ std::uint64_t InputFile::size() {
     if (end < 0) throw ConfigError(path_ + ": not a seekable file (sharding needs -i FILE)");
     size_ = static_cast<std::uint64_t>(end);
   } else {
+    if (!decompressor_) decompressor_ = std::make_unique<Decompressor>(path_, compression_);
     std::vector<char> sink(std::size_t{1} << 16);
     while (decompressor_->read(sink.data(), sink.size()) > 0) {
     }

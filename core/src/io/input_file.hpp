@@ -35,7 +35,7 @@ class InputFile {
   std::string path_;
   Compression compression_;
   int fd_ = -1;                                 // a plain file
-  std::unique_ptr<Decompressor> decompressor_;  // a compressed one, at its last read
+  std::unique_ptr<Decompressor> decompressor_;  // a compressed one at its last read (lazily)
   std::optional<std::uint64_t> size_;
 };
 

@@ -418,12 +418,11 @@ std::unique_ptr<Stepper> ModelStepper::fork() const {
   copy->row_records_ = row_records_;
   copy->forked_ = true;  // a search's private branch: its tokens are not the output's
   copy->tally_ = tally_;
-  copy->stops_ = stops_;
   return copy;
 }
 
 bool ModelStepper::stops(std::int32_t record, std::span<const TokenId> tokens) const {
-  const StopStrings* s = records_[record].stops ? records_[record].stops.get() : stops_;
+  const StopStrings* s = records_[record].stops.get();
   return s && s->matches(tokens);
 }
 

@@ -88,7 +88,7 @@ struct StepperRecord {
   std::int32_t max_steps = -1;
   // Ids the record may produce (a vocabulary map), allowed[id] != 0; empty: all.
   std::vector<std::uint8_t> allowed;
-  // The record's own stop strings (its input's "stop" field), instead of the task's; or null.
+  // Where the record's hypotheses end (a task's stop strings, or its input's own); or null.
   std::shared_ptr<const StopStrings> stops;
 };
 
@@ -205,9 +205,7 @@ class ModelStepper final : public Stepper {
   void set_admission(Admission admission) { admission_ = std::move(admission); }
   // Every model step from now on, and its forks', is counted in `tally` (outliving them).
   void count_steps(StepTally* tally) { tally_ = tally; }
-  // Hypotheses end at these stop strings (outliving the stepper and its forks), unless their
-  // record has its own (StepperRecord::stops); none: null.
-  void set_stop_strings(const StopStrings* stops) { stops_ = stops; }
+  // The record's StepperRecord::stops.
   bool stops(std::int32_t record, std::span<const TokenId> tokens) const override;
   // A model whose state cannot take rows (DecodeState::can_append) gets new records only once
   // every row is finished: static batches of max_batch_size rows.
@@ -235,7 +233,6 @@ class ModelStepper final : public Stepper {
   Tensor attention_;  // [heads, rows, 1, keys]: record_->probs of the last step
   Admission admission_;
   StepTally* tally_ = nullptr;
-  const StopStrings* stops_ = nullptr;
 };
 
 // JSON for a decoded hypothesis list (shared by lm-generate and seq2seq). With `stops`, each

@@ -19,13 +19,13 @@ class LmGenerateTask final : public Task {
         mask_(*plugins.mask),
         decoder_(*plugins.decoder),
         token_logprobs_(params_.get_bool("token_logprobs")),
-        stops_(tokenizer_, params_.get_string_list("stop"), "task.stop"),
+        stops_(task_stops(tokenizer_, params_.get_string_list("stop"))),
         limits_(continuous_limits(pipeline.run_params, decoder_)) {
     if (!mask_.supports_incremental())
       throw ConfigError("lm-generate decodes incrementally, which the mask strategy '" +
                         pipeline.at("mask").entry->key() + "' does not allow (use causal)");
     check_decoder_tokens(pipeline.at("decoder").params, model_.info().vocab_size);
-    if (StreamSink::active() && !stops_.empty())
+    if (StreamSink::active() && stops_)
       throw ConfigError(
           "--stream with task.stop: a streamed text could show the start of a stop string "
           "before it is complete (run without --stream)");
@@ -61,7 +61,6 @@ class LmGenerateTask final : public Task {
       ModelStepper stepper(model_, std::move(started.state), std::move(started.logits),
                            std::move(started.records), end_tokens());
       stepper.count_steps(&steps_);
-      if (!stops_.empty()) stepper.set_stop_strings(&stops_);
       decoded = decoder_.decode(stepper);
     }
     if (decoded.size() != items.size())
@@ -72,7 +71,7 @@ class LmGenerateTask final : public Task {
       Result r;
       r.id = items[i]->record.id;
       r.object["id"] = r.id;
-      add_hypotheses(r, decoded.at(i), tokenizer_, token_logprobs_, stops_of(*items[i]));
+      add_hypotheses(r, decoded.at(i), tokenizer_, token_logprobs_, stops_of(*items[i]).get());
       r.tokens += items[i]->tokens.size();
       results.push_back(std::move(r));
     }
@@ -86,6 +85,13 @@ class LmGenerateTask final : public Task {
   void merge_summary_state(const nlohmann::ordered_json& state) override { steps_.merge(state); }
 
  private:
+  // task.stop, or null when it is empty.
+  static std::shared_ptr<const StopStrings> task_stops(const Tokenizer* tokenizer,
+                                                       std::vector<std::string> list) {
+    if (list.empty()) return nullptr;
+    return std::make_shared<const StopStrings>(tokenizer, std::move(list), "task.stop");
+  }
+
   // A JSON record's "stop" (a string or a list of strings): its own stop strings, which replace
   // task.stop; null when it has none.
   std::shared_ptr<StopStrings> record_stops(const Record& record) const {
@@ -96,22 +102,20 @@ class LmGenerateTask final : public Task {
           "\"stop\" with --stream: a streamed text could show the start of a stop "
           "string before it is complete");
     std::vector<std::string> list;
-    if (it->is_string()) list.push_back(it->get<std::string>());
-    if (it->is_array())
-      for (const auto& s : *it) {
-        if (!s.is_string()) throw RecordError("\"stop\": expected a string or a list of strings");
-        list.push_back(s.get<std::string>());
-      }
-    if (!it->is_string() && !it->is_array())
-      throw RecordError("\"stop\": expected a string or a list of strings");
-    for (const std::string& s : list)
-      if (s.empty()) throw RecordError("\"stop\": a stop string is empty (it would stop at once)");
-    return std::make_shared<StopStrings>(tokenizer_, std::move(list), "\"stop\"");
+    for (const auto& s : it->is_array() ? *it : nlohmann::ordered_json::array({*it})) {
+      if (!s.is_string()) throw RecordError("\"stop\": expected a string or a list of strings");
+      list.push_back(s.get<std::string>());
+    }
+    try {
+      return std::make_shared<StopStrings>(tokenizer_, std::move(list), "\"stop\"");
+    } catch (const ConfigError& e) {  // an empty string: this record's fault alone
+      throw RecordError(e.what());
+    }
   }
 
-  const StopStrings* stops_of(const Item& item) const {
-    if (item.data) return static_cast<const StopStrings*>(item.data.get());
-    return stops_.empty() ? nullptr : &stops_;
+  // The record's own stop strings, else the task's (null: none).
+  std::shared_ptr<const StopStrings> stops_of(const Item& item) const {
+    return item.data ? std::static_pointer_cast<const StopStrings>(item.data) : stops_;
   }
 
   // Prefills `items` (their prompts, right-padded) into a new decoding state.
@@ -126,7 +130,7 @@ class LmGenerateTask final : public Task {
       specs[i].record_id = items[i]->record.id;
       StepperRecord& record = out.records[i];
       record.id = items[i]->record.id;
-      record.stops = std::static_pointer_cast<const StopStrings>(items[i]->data);
+      record.stops = stops_of(*items[i]);
       record.context = items[i]->tokens;
       if (max_positions > 0)
         record.max_steps = max_positions - static_cast<std::int32_t>(items[i]->tokens.size());
@@ -144,7 +148,6 @@ class LmGenerateTask final : public Task {
   std::vector<DecodeResult> decode_continuously(std::span<Item* const> items) const {
     ModelStepper stepper(model_, nullptr, Tensor(), {}, end_tokens());
     stepper.count_steps(&steps_);
-    if (!stops_.empty()) stepper.set_stop_strings(&stops_);
     return masque::decode_continuously(
         decoder_, stepper, items, limits_,
         [&](std::span<Item* const> batch) { return start_records(batch); });
@@ -166,7 +169,7 @@ class LmGenerateTask final : public Task {
   const MaskStrategy& mask_;
   const Decoder& decoder_;
   bool token_logprobs_;
-  StopStrings stops_;
+  std::shared_ptr<const StopStrings> stops_;  // task.stop (null: none)
   ContinuousLimits limits_;
   mutable StepTally steps_;  // process() runs concurrently: StepTally is atomic
 };
