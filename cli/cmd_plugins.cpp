@@ -121,8 +121,10 @@ int kind_order(PluginKind k) {
       return 2;
     case PluginKind::decoder:
       return 3;
+    case PluginKind::constraint:
+      return 4;
   }
-  return 4;
+  return 5;
 }
 
 const char* kHelp = R"(Usage: masque plugins [NAME | KIND/NAME] [--json] [--paths]

@@ -61,7 +61,24 @@ Exit codes: 0 ok; 1 some records failed; 2 usage or configuration error; 3 runti
 // PIPELINE, or the pipeline built from --task and --model.
 Pipeline load_run_pipeline(const po::variables_map& vm, Registry& registry) {
   LoadOptions load;
-  if (vm.count("set")) load.sets = vm["set"].as<std::vector<std::string>>();
+  // The shorthands first: a --set of the same key wins.
+  if (vm["chat"].as<bool>()) load.sets.push_back("task.chat=true");
+  // As YAML double-quoted scalars (a JSON string is one): any text stays the text.
+  const auto quoted = [](const std::string& text) { return nlohmann::json(text).dump(); };
+  if (vm.count("system"))
+    load.sets.push_back("task.system=" + quoted(vm["system"].as<std::string>()));
+  if (vm.count("json-schema") && vm.count("grammar"))
+    throw ConfigError("masque run: give --json-schema or --grammar, not both");
+  for (const auto& [option, plugin] :
+       {std::pair{"json-schema", "json-schema"}, {"grammar", "gbnf"}})
+    if (vm.count(option)) {
+      load.sets.push_back(std::string("constraint.plugin=") + plugin);
+      load.sets.push_back(
+          "constraint.file=" +
+          quoted(fs::absolute(vm[option].as<std::string>()).lexically_normal().string()));
+    }
+  if (vm.count("set"))
+    for (const auto& set : vm["set"].as<std::vector<std::string>>()) load.sets.push_back(set);
   load.allow_plugin_files = vm["allow-plugin-file"].as<bool>();
   if (!vm.count("model")) {
     if (vm.count("task") || vm.count("tokenizer"))
@@ -129,7 +146,18 @@ int cmd_run(int argc, char** argv) {
       "lm-generate and seq2seq with --format text: write each record's text as its tokens are "
       "chosen (greedy or sample decoding, one hypothesis), records still in input order")(
       "allow-plugin-file", po::bool_switch(),
-      "allow `plugin:` values that name a library file instead of an installed plugin");
+      "allow `plugin:` values that name a library file instead of an installed plugin")(
+      "chat", po::bool_switch(),
+      "lm-generate: render each record with the model's chat template (a JSON record's "
+      "\"messages\", or the text as a user message) before generating (task.chat=true)")(
+      "system", po::value<std::string>(),
+      "with --chat: a system message before each text record (task.system)")(
+      "json-schema", po::value<std::string>(),
+      "FILE: every generated output is JSON valid under this schema (constraint.plugin="
+      "json-schema, constraint.file=FILE; docs/instruct.md)")(
+      "grammar", po::value<std::string>(),
+      "FILE: every generated output matches this GBNF grammar (constraint.plugin=gbnf, "
+      "constraint.file=FILE)");
   po::options_description scale_opts("Scale-out");
   scale_opts.add_options()("shard", po::value<std::string>(),
                            "K/N: run only shard K (0-based) of N equal byte ranges of -i FILE; "

@@ -70,7 +70,7 @@ endfunction()
 
 # Fails the configuration early, with the fix, for what the plugin host would reject later.
 function(_masque_check_plugin_args NAME KIND)
-  set(kinds tokenizer mask model decoder)
+  set(kinds tokenizer mask model decoder constraint)
   if(NOT KIND IN_LIST kinds)
     message(FATAL_ERROR "masque_add_plugin(${NAME}): KIND must be one of ${kinds}, not '${KIND}'")
   endif()

@@ -27,6 +27,7 @@ const std::vector<SectionKind>& pipeline_sections() {
       {"target_tokenizer", PluginKind::tokenizer},
       {"mask", PluginKind::mask},
       {"decoder", PluginKind::decoder},
+      {"constraint", PluginKind::constraint},
   };
   return sections;
 }

@@ -14,6 +14,8 @@ const char* to_string(PluginKind kind) {
       return "model";
     case PluginKind::decoder:
       return "decoder";
+    case PluginKind::constraint:
+      return "constraint";
   }
   return "unknown";
 }

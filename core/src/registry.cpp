@@ -9,6 +9,7 @@
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
 
+#include "masque/constraint.hpp"
 #include "masque/decoder.hpp"
 #include "masque/error.hpp"
 #include "masque/mask.hpp"
@@ -44,7 +45,7 @@ std::string kind_name_from_file(const fs::path& p) {
 
 bool valid_kind(PluginKind k) {
   return k == PluginKind::tokenizer || k == PluginKind::mask || k == PluginKind::model ||
-         k == PluginKind::decoder;
+         k == PluginKind::decoder || k == PluginKind::constraint;
 }
 
 std::string version_text(unsigned major, unsigned minor) {
@@ -237,6 +238,9 @@ std::unique_ptr<Plugin> Registry::create(const PluginEntry& entry, const Params&
       break;
     case PluginKind::decoder:
       ok = dynamic_cast<Decoder*>(plugin.get()) != nullptr;
+      break;
+    case PluginKind::constraint:
+      ok = dynamic_cast<Constraint*>(plugin.get()) != nullptr;
       break;
   }
   if (!ok)

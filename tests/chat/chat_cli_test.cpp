@@ -3,6 +3,7 @@
 // lines become user messages, and errors name the template's file and line.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -178,4 +179,102 @@ TEST_CASE("masque chat-template --help documents every option and its default") 
   CHECK(run.out.find("(=auto)") != std::string::npos);
   CHECK(run.out.find("(=json)") != std::string::npos);
   CHECK(run_masque({"--help"}).out.find("chat-template DIR") != std::string::npos);
+}
+
+namespace {
+
+std::string tiny_chat_model() {
+  return (std::filesystem::path(MASQUE_CHAT_FIXTURE_DIR) / "tiny-qwen3").string();
+}
+
+// The ids lm-generate should start from: `conversation` rendered by `masque chat-template`
+// (`extra` its options), tokenized without specials by `masque tokenize`.
+std::string rendered_ids(const std::string& conversation, const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"chat-template", tiny_chat_model()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const auto rendered = run_masque(args, conversation + "\n");
+  REQUIRE(rendered.exit_code == 0);
+  const ordered_json text = ordered_json::parse(rendered.out);
+  const auto tokens =
+      run_masque({"tokenize", "--tokenizer", "tokenizer-json", "--set", "path=" + tiny_chat_model(),
+                  "--no-special", "--input-format", "jsonl"},
+                 ordered_json{{"text", text}}.dump() + "\n");
+  REQUIRE(tokens.exit_code == 0);
+  const ordered_json encoding = ordered_json::parse(tokens.out);
+  std::string ids;
+  for (const auto& id : encoding["ids"]) {
+    if (!ids.empty()) ids += ' ';
+    ids += std::to_string(id.get<int>());
+  }
+  return ids;
+}
+
+// lm-generate's greedy tokens for one input record.
+ordered_json generated(const std::vector<std::string>& options, const std::string& input) {
+  std::vector<std::string> args = {"run",
+                                   "--task",
+                                   "lm-generate",
+                                   "--model",
+                                   tiny_chat_model(),
+                                   "--set",
+                                   "decoder.max_new_tokens=6",
+                                   "--set",
+                                   "decoder.min_new_tokens=6"};
+  args.insert(args.end(), options.begin(), options.end());
+  const auto r = run_masque(args, input + "\n");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  return ordered_json::parse(r.out)["tokens"];
+}
+
+}  // namespace
+
+TEST_CASE("masque run --chat generates from the prompt the chat template renders") {
+  const std::string conversation =
+      R"({"messages": [{"role": "system", "content": "Answer in JSON."}, {"role": "user", "content": "Name a colour."}]})";
+  const ordered_json from_ids =
+      generated({"--input-format", "ids"}, rendered_ids(conversation, {}));
+  CHECK(generated({"--chat", "--input-format", "jsonl"}, conversation) == from_ids);
+  // A text record is one user message, after --system's message when there is one.
+  CHECK(generated({"--chat", "--system", "Answer in JSON."}, "Name a colour.") ==
+        generated({"--input-format", "ids"},
+                  rendered_ids("Name a colour.", {"--system", "Answer in JSON."})));
+  CHECK(generated({"--chat"}, "Name a colour.") != from_ids);
+  // Without --chat a conversation is an error record saying what to do.
+  const auto r = run_masque(
+      {"run", "--task", "lm-generate", "--model", tiny_chat_model(), "--input-format", "jsonl"},
+      conversation + "\n");
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("it needs lm-generate with task.chat: true (--chat)") != std::string::npos);
+}
+
+TEST_CASE("the worked batch job of docs/instruct.md: chat model, JSON schema, compressed corpus") {
+  const auto dir = masque::test::scratch_dir("chat_batch_job");
+  masque::test::write_file(dir / "answer.schema.json",
+                           R"({"type": "object", "required": ["topic", "sentiment"],
+ "properties": {"topic": {"type": "string", "maxLength": 40},
+                "sentiment": {"enum": ["positive", "neutral", "negative"]}}})");
+  std::string docs;
+  for (int i = 0; i < 24; ++i)
+    docs += ordered_json{{"text", "Document " + std::to_string(i) + ": the trains ran late again."}}
+                .dump() +
+            "\n";
+  masque::test::write_file(dir / "docs.jsonl", docs);
+  REQUIRE(std::system(("zstd -q -f " + (dir / "docs.jsonl").string()).c_str()) == 0);
+  const auto r = run_masque({"run", "--task", "lm-generate", "--model", tiny_chat_model(), "--chat",
+                             "--system", R"(Reply with JSON: {"topic": ..., "sentiment": ...})",
+                             "--json-schema", (dir / "answer.schema.json").string(), "--set",
+                             "decoder.max_new_tokens=64", "-i", (dir / "docs.jsonl.zst").string(),
+                             "--input-format", "jsonl", "-o", (dir / "answers.jsonl.gz").string(),
+                             "--resume"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string out = (dir / "answers.jsonl").string();
+  REQUIRE(std::system(("gzip -dc " + (dir / "answers.jsonl.gz").string() + " > " + out).c_str()) ==
+          0);
+  CHECK(std::system(("python3 " + masque::test::source_dir().string() +
+                     "/tests/grammar/json_schema_check.py " +
+                     (dir / "answer.schema.json").string() + " " + out + " text")
+                        .c_str()) == 0);
+  CHECK(masque::test::read_jsonl(out).size() == 24);
 }

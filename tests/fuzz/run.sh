@@ -18,7 +18,7 @@ seconds=${1:-60}
 jobs=${FUZZ_JOBS:-1}
 build=build-asan
 out=$build/fuzz
-targets=${FUZZ_TARGETS:-safetensors config_json pipeline tokenizers records plugin_file tokenizer_json}
+targets=${FUZZ_TARGETS:-safetensors config_json pipeline tokenizers records plugin_file tokenizer_json grammar}
 
 # The sanitizer build (cmake/sanitize.cmake: clang 14, ASan + UBSan, libFuzzer's coverage), the
 # one scripts/test.sh --sanitize runs the suite in: after that suite nothing is left to compile.

@@ -3,7 +3,7 @@
 #   tests/hardening/CMakeLists.txt (every build): replayers fuzz_replay_NAME that CTest runs
 #   over corpus/NAME once, so the seeds and the inputs of past findings stay fixed.
 set(MASQUE_FUZZ_TARGETS safetensors config_json pipeline tokenizers records plugin_file
-                        tokenizer_json)
+                        tokenizer_json grammar)
 set(MASQUE_FUZZ_DIR "${CMAKE_CURRENT_LIST_DIR}")
 
 # masque_add_fuzz_target(NAME LIBFUZZER|REPLAY): the executable's name.

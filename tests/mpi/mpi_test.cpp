@@ -201,6 +201,14 @@ TEST_CASE("mpi: translate (beam) under mpirun -n 1/2/3 and --shard equals one pr
                          input, 0);
 }
 
+TEST_CASE(
+    "mpi: lm-generate under a JSON schema with mpirun -n 1/2/3 and --shard equals one process",
+    "[mpi]") {
+  const std::string pipeline = (source_dir() / "pipelines/lm-json-schema.yaml").string();
+  check_equal_everywhere("json_schema", {"run", pipeline, "--set", "run.max_batch_size=8"},
+                         corpus(kStoryWords, 120, 6, 13, false), 0);
+}
+
 TEST_CASE("mpi: fill under mpirun -n 1/2/3 and --shard equals one process", "[mpi]") {
   const std::string pipeline = (source_dir() / "pipelines/fill.yaml").string();
   // Every line has one [MASK] among the words (a line without one is an error for fill).

@@ -17,7 +17,7 @@ namespace masque {
 
 class Params;
 
-enum class PluginKind : std::uint8_t { tokenizer, mask, model, decoder };
+enum class PluginKind : std::uint8_t { tokenizer, mask, model, decoder, constraint };
 
 const char* to_string(PluginKind kind);
 

@@ -294,8 +294,9 @@ void RecordReader::parse_jsonl(Record& record, const std::string& line) {
       return;
     }
     record.text = it->get<std::string>();
-  } else if (!record.ids) {
-    record.error = "no '" + options_.field + "' field (choose the field with --field) and no 'ids'";
+  } else if (!record.ids && !j.contains("messages")) {  // a conversation: the task renders it
+    record.error = "no '" + options_.field +
+                   "' field (choose the field with --field), no 'ids' and no 'messages'";
   }
 }
 

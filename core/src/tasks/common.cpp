@@ -31,6 +31,10 @@ void tokenize_item(Item& item, const Tokenizer* tokenizer, const Model* model, b
   }
   if (!tokenizer)
     throw RecordError("the pipeline has no tokenizer: give records as ids (--input-format ids)");
+  if (record.text.empty() && record.fields.contains("messages"))
+    throw RecordError(
+        "a \"messages\" record is a conversation: it needs lm-generate with task.chat: true "
+        "(--chat), which renders it with the model's chat template");
   Encoding e = tokenizer->encode(record.text, add_special);
   item.tokens = std::move(e.ids);
   item.type_ids = std::move(e.type_ids);
@@ -205,6 +209,10 @@ Tensor select_attention_rows(const Tensor& probs, std::span<const std::int32_t> 
   return out;
 }
 
+TokenConstraint::State start_state(const StepperRecord& record) {
+  return record.constraint ? record.constraint->start() : 0;
+}
+
 }  // namespace
 
 ModelStepper::ModelStepper(const Model& model, std::unique_ptr<DecodeState> state, Tensor logits,
@@ -223,6 +231,7 @@ ModelStepper::ModelStepper(const Model& model, std::unique_ptr<DecodeState> stat
   for (std::size_t r = 0; r < records_.size(); ++r) {
     row_records_[r] = static_cast<std::int32_t>(r);
     restricted_ = restricted_ || !records_[r].allowed.empty();
+    row_states_.push_back(start_state(records_[r]));
   }
   if (start_token >= 0) {
     std::vector<TokenId> start(records_.size(), start_token);
@@ -238,6 +247,9 @@ void ModelStepper::advance(std::span<const TokenId> tokens) {
       ids[row] = records_[static_cast<std::size_t>(row_records_[row])].id;
     stream->tokens(ids, tokens);
   }
+  for (std::size_t row = 0; row < tokens.size() && row < row_records_.size(); ++row)
+    if (const auto& c = records_[static_cast<std::size_t>(row_records_[row])].constraint)
+      row_states_[row] = c->advance(row_states_[row], tokens[row]);
   step(tokens);
 }
 
@@ -264,6 +276,12 @@ void ModelStepper::logits(Tensor& out) {
         if (!allowed[id]) values[id] = std::numeric_limits<float>::lowest();
     }
   }
+  if (!logits_.empty()) {
+    const auto width = static_cast<std::size_t>(logits_.dim(-1));
+    for (std::size_t row = 0; row < row_records_.size(); ++row)
+      if (const auto& c = records_[static_cast<std::size_t>(row_records_[row])].constraint)
+        c->mask(row_states_[row], {logits_.f32() + row * width, width});
+  }
   out = logits_;
 }
 
@@ -271,13 +289,19 @@ void ModelStepper::select(std::span<const std::int32_t> rows) {
   if (rows.empty()) {  // every row is done: the next admission starts a new state
     state_.reset();
     row_records_.clear();
+    row_states_.clear();
     logits_ = Tensor();
     attention_ = Tensor();
     return;
   }
   std::vector<std::int32_t> records(rows.size());
-  for (std::size_t i = 0; i < rows.size(); ++i) records[i] = row_records_[rows[i]];
+  std::vector<TokenConstraint::State> states(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    records[i] = row_records_[rows[i]];
+    states[i] = row_states_[rows[i]];
+  }
   row_records_ = std::move(records);
+  row_states_ = std::move(states);
   state_->select(rows);
   if (!attention_.empty()) attention_ = select_attention_rows(attention_, rows);
   if (logits_.empty()) return;
@@ -302,6 +326,7 @@ std::int32_t ModelStepper::admit(std::int32_t rows_per_record, bool keep_rows) {
     state_ = std::move(in.state);
     logits_ = std::move(in.logits);
     row_records_.clear();
+    row_states_.clear();
     attention_ = Tensor();
   } else {
     state_->append(*in.state);
@@ -314,6 +339,7 @@ std::int32_t ModelStepper::admit(std::int32_t rows_per_record, bool keep_rows) {
   for (StepperRecord& record : in.records) {
     restricted_ = restricted_ || !record.allowed.empty();
     row_records_.push_back(static_cast<std::int32_t>(records_.size()));
+    row_states_.push_back(start_state(record));
     records_.push_back(std::move(record));
   }
   return count;
@@ -416,6 +442,7 @@ std::unique_ptr<Stepper> ModelStepper::fork() const {
       model_, state_->fork(), logits_.empty() ? Tensor() : logits_.clone(), records_, end_tokens_,
       -1, step_token_type_, record_, attention_.empty() ? Tensor() : attention_.clone());
   copy->row_records_ = row_records_;
+  copy->row_states_ = row_states_;
   copy->forked_ = true;  // a search's private branch: its tokens are not the output's
   copy->tally_ = tally_;
   return copy;
@@ -429,10 +456,7 @@ bool ModelStepper::stops(std::int32_t record, std::span<const TokenId> tokens) c
 void add_hypotheses(Result& result, const DecodeResult& decoded, const Tokenizer* tokenizer,
                     bool with_logprobs, const StopStrings* stops) {
   if (decoded.hypotheses.empty()) throw RuntimeError("the decoder returned no hypothesis");
-  const auto text_of = [&](const Hypothesis& h) {
-    std::string text = detokenize(tokenizer, h.tokens);
-    return stops ? std::string(stops->cut(text)) : text;
-  };
+  const auto text_of = [&](const Hypothesis& h) { return hypothesis_text(h, tokenizer, stops); };
   const Hypothesis& best = decoded.hypotheses.front();
   result.text = text_of(best);
   result.object["text"] = result.text;
@@ -455,6 +479,50 @@ void add_hypotheses(Result& result, const DecodeResult& decoded, const Tokenizer
     result.nbest.push_back({result.text, best.score});
   }
   result.tokens += best.tokens.size();
+}
+
+std::string hypothesis_text(const Hypothesis& h, const Tokenizer* tokenizer,
+                            const StopStrings* stops) {
+  std::string text = detokenize(tokenizer, h.tokens);
+  return stops ? std::string(stops->cut(text)) : text;
+}
+
+std::shared_ptr<const TokenConstraint> bind_constraint(const Plugins& plugins,
+                                                       const Tokenizer* tokenizer,
+                                                       const Params& decoder_params,
+                                                       std::vector<TokenId> default_end_tokens) {
+  if (!plugins.constraint) return nullptr;
+  if (!tokenizer)
+    throw ConfigError(
+        "constraint: needs a tokenizer (a grammar is over the output's text, and this pipeline "
+        "has none)");
+  std::vector<TokenId> ends = default_end_tokens;
+  if (decoder_params.has("end_tokens")) {
+    const auto& own = decoder_params.get_int_list("end_tokens");
+    if (!own.empty()) ends.assign(own.begin(), own.end());
+  }
+  return plugins.constraint->bind(*tokenizer, ends);
+}
+
+DecodeResult valid_hypotheses(const DecodeResult& decoded, const Tokenizer* tokenizer,
+                              const StopStrings* stops, const TokenConstraint* constraint) {
+  if (!constraint) return decoded;
+  DecodeResult out;
+  std::string why;
+  for (const Hypothesis& h : decoded.hypotheses) {
+    const std::string text = hypothesis_text(h, tokenizer, stops);
+    std::string problem = constraint->check(text);
+    if (problem.empty()) {
+      out.hypotheses.push_back(h);
+    } else if (why.empty()) {  // the best hypothesis': what it had written, its end at most
+      std::size_t from = text.size() > 80 ? text.size() - 80 : 0;
+      while (from < text.size() && (static_cast<unsigned char>(text[from]) & 0xC0) == 0x80) ++from;
+      why = problem + "; after " + std::to_string(h.tokens.size()) + " tokens it ends \"" +
+            (from ? "..." : "") + text.substr(from) + "\"";
+    }
+  }
+  if (out.hypotheses.empty()) throw RecordError("constraint: " + why);
+  return out;
 }
 
 }  // namespace masque

@@ -90,6 +90,9 @@ struct StepperRecord {
   std::vector<std::uint8_t> allowed;
   // Where the record's hypotheses end (a task's stop strings, or its input's own); or null.
   std::shared_ptr<const StopStrings> stops;
+  // What its outputs must match (the pipeline's constraint): the stepper masks each row's
+  // logits to the tokens it allows; or null.
+  std::shared_ptr<const TokenConstraint> constraint;
 };
 
 // Continuous batching: records a task starts when the decoder has room for them.
@@ -226,9 +229,10 @@ class ModelStepper final : public Stepper {
   std::vector<TokenId> end_tokens_;
   std::int32_t step_token_type_;
   std::vector<std::int32_t> types_;
-  std::vector<std::int32_t> row_records_;  // the record of each row
-  bool restricted_ = false;                // some record has an `allowed` set
-  bool forked_ = false;                    // made by fork(): not streamed
+  std::vector<std::int32_t> row_records_;           // the record of each row
+  std::vector<TokenConstraint::State> row_states_;  // each row's constraint state (if any)
+  bool restricted_ = false;                         // some record has an `allowed` set
+  bool forked_ = false;                             // made by fork(): not streamed
   const AttentionRecording* record_ = nullptr;
   Tensor attention_;  // [heads, rows, 1, keys]: record_->probs of the last step
   Admission admission_;
@@ -239,5 +243,19 @@ class ModelStepper final : public Stepper {
 // text ends before its first stop string ("tokens" keep every generated id).
 void add_hypotheses(Result& result, const DecodeResult& decoded, const Tokenizer* tokenizer,
                     bool with_logprobs, const StopStrings* stops = nullptr);
+// A hypothesis's output text: its tokens decoded, cut before a stop string.
+std::string hypothesis_text(const Hypothesis& h, const Tokenizer* tokenizer,
+                            const StopStrings* stops);
+
+// The pipeline's constraint bound to the task's tokenizer, or null without one. Its end tokens
+// are the decoder's `end_tokens`, else `default_end_tokens`. ConfigError without a tokenizer.
+std::shared_ptr<const TokenConstraint> bind_constraint(const Plugins& plugins,
+                                                       const Tokenizer* tokenizer,
+                                                       const Params& decoder_params,
+                                                       std::vector<TokenId> default_end_tokens);
+// The hypotheses whose text satisfies `constraint` (all of them without one), best first;
+// RecordError saying why when none does, so a record never gets an invalid answer.
+DecodeResult valid_hypotheses(const DecodeResult& decoded, const Tokenizer* tokenizer,
+                              const StopStrings* stops, const TokenConstraint* constraint);
 
 }  // namespace masque

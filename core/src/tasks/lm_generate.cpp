@@ -4,6 +4,7 @@
 #include "masque/decoding.hpp"
 #include "masque/error.hpp"
 #include "run/stream.hpp"
+#include "tasks/chat_prompt.hpp"
 #include "tasks/common.hpp"
 
 namespace masque {
@@ -20,7 +21,14 @@ class LmGenerateTask final : public Task {
         decoder_(*plugins.decoder),
         token_logprobs_(params_.get_bool("token_logprobs")),
         stops_(task_stops(tokenizer_, params_.get_string_list("stop"))),
-        limits_(continuous_limits(pipeline.run_params, decoder_)) {
+        limits_(continuous_limits(pipeline.run_params, decoder_)),
+        constraint_(
+            bind_constraint(plugins, tokenizer_, pipeline.at("decoder").params, end_tokens())),
+        chat_(ChatPrompt::from_pipeline(pipeline)) {
+    if (chat_ && !tokenizer_)
+      throw ConfigError(
+          "task.chat: a chat template renders text, and this pipeline has no "
+          "tokenizer to tokenize it");
     if (!mask_.supports_incremental())
       throw ConfigError("lm-generate decodes incrementally, which the mask strategy '" +
                         pipeline.at("mask").entry->key() + "' does not allow (use causal)");
@@ -35,7 +43,14 @@ class LmGenerateTask final : public Task {
   }
 
   void prepare(Item& item) const override {
-    tokenize_item(item, tokenizer_, &model_, true);
+    if (chat_ && !item.record.ids) {
+      // The template writes the conversation's special tokens (BOS included): none added.
+      Encoding e = tokenizer_->encode(chat_->render(item.record), false);
+      item.tokens = std::move(e.ids);
+      item.type_ids.assign(item.tokens.size(), 0);
+    } else {
+      tokenize_item(item, tokenizer_, &model_, true);
+    }
     if (item.tokens.empty()) {
       TokenId bos = tokenizer_ && tokenizer_->special_tokens().bos >= 0
                         ? tokenizer_->special_tokens().bos
@@ -71,7 +86,15 @@ class LmGenerateTask final : public Task {
       Result r;
       r.id = items[i]->record.id;
       r.object["id"] = r.id;
-      add_hypotheses(r, decoded.at(i), tokenizer_, token_logprobs_, stops_of(*items[i]).get());
+      const StopStrings* stops = stops_of(*items[i]).get();
+      try {
+        const DecodeResult valid =
+            valid_hypotheses(decoded.at(i), tokenizer_, stops, constraint_.get());
+        add_hypotheses(r, valid, tokenizer_, token_logprobs_, stops);
+      } catch (const RecordError& e) {
+        results.push_back(error_result(r.id, e.what()));
+        continue;
+      }
       r.tokens += items[i]->tokens.size();
       results.push_back(std::move(r));
     }
@@ -131,6 +154,7 @@ class LmGenerateTask final : public Task {
       StepperRecord& record = out.records[i];
       record.id = items[i]->record.id;
       record.stops = stops_of(*items[i]);
+      record.constraint = constraint_;
       record.context = items[i]->tokens;
       if (max_positions > 0)
         record.max_steps = max_positions - static_cast<std::int32_t>(items[i]->tokens.size());
@@ -171,6 +195,8 @@ class LmGenerateTask final : public Task {
   bool token_logprobs_;
   std::shared_ptr<const StopStrings> stops_;  // task.stop (null: none)
   ContinuousLimits limits_;
+  std::shared_ptr<const TokenConstraint> constraint_;  // null: none
+  std::unique_ptr<ChatPrompt> chat_;                   // null: records are prompts as they are
   mutable StepTally steps_;  // process() runs concurrently: StepTally is atomic
 };
 
@@ -193,9 +219,28 @@ const TaskRegistration registration({
                                  "holds one (matched across token boundaries) and its text "
                                  "ends just before it (\"tokens\" keep the token that completed "
                                  "it); a JSON record's own \"stop\" (a string or a list) "
-                                 "replaces it for that record; not with --stream"}},
+                                 "replaces it for that record; not with --stream"},
+                        {.name = "chat",
+                         .type = ParamType::boolean,
+                         .default_value = "false",
+                         .help = "render each record with the model's chat template (a JSON "
+                                 "record's \"messages\" and \"tools\", or its text as one user "
+                                 "message) and continue the rendered prompt, which is tokenized "
+                                 "without adding specials (docs/instruct.md); --chat"},
+                        {.name = "system",
+                         .type = ParamType::string,
+                         .default_value = "",
+                         .help = "with chat: a system message put first where a record's "
+                                 "conversation has none (a text record's, or its own "
+                                 "\"messages\"); --system"},
+                        {.name = "chat_template",
+                         .type = ParamType::path,
+                         .default_value = "",
+                         .help = "with chat: the folder whose chat template renders the records "
+                                 "(chat_template.jinja or tokenizer_config.json; default: the "
+                                 "tokenizer's folder, else the model's)"}},
              .required_sections = {"model", "mask", "decoder"},
-             .optional_sections = {"tokenizer"},
+             .optional_sections = {"tokenizer", "constraint"},
              .default_plugins = {{"mask", "causal"}, {"decoder", "greedy"}},
              .model_kinds = {ModelKind::decoder_only, ModelKind::encoder_only}},
     .create = create,

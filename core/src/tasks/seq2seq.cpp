@@ -40,8 +40,14 @@ class Seq2SeqTask final : public Task {
         prefix_field_(params_.get_string("prefix_field")),
         return_attention_(params_.get_bool("return_attention")),
         replace_unknowns_(params_.get_bool("replace_unknowns")),
-        limits_(continuous_limits(pipeline.run_params, decoder_)) {
+        limits_(continuous_limits(pipeline.run_params, decoder_)),
+        constraint_(bind_constraint(plugins, target_tokenizer_, pipeline.at("decoder").params,
+                                    route_->end_tokens())) {
     check_decoder_tokens(pipeline.at("decoder").params, model_.info().vocab_size);
+    if (constraint_ && (replace_unknowns_ || return_attention_))
+      throw ConfigError(
+          "a constraint with task.replace_unknowns or task.return_attention: not supported "
+          "(replacing unknown tokens after decoding could break the grammar)");
     // Attention is read by teacher forcing whole batches after decoding: static batches.
     if (return_attention_ || replace_unknowns_) limits_.enabled = false;
     if (return_attention_ || replace_unknowns_) check_attention_options();
@@ -79,7 +85,7 @@ class Seq2SeqTask final : public Task {
       if (route_->trivially_empty(*items[i])) {
         DecodeResult empty;
         empty.hypotheses.push_back({});
-        add_hypotheses(results[i], empty, target_tokenizer_, token_logprobs_);
+        if (!add_valid(results[i], empty)) continue;
         if (return_attention_) add_attention(results[i], empty, {AttentionRows{}}, *items[i]);
       } else {
         run.push_back(items[i]);
@@ -91,8 +97,8 @@ class Seq2SeqTask final : public Task {
     if (return_attention_ || replace_unknowns_) attention = attend(run, decoded);
     for (std::size_t i = 0, k = 0; i < items.size(); ++i) {
       if (k < run.size() && items[i] == run[k]) {
-        add_hypotheses(results[i], decoded[k], target_tokenizer_, token_logprobs_);
-        if (!attention.empty()) add_attention(results[i], decoded[k], attention[k], *items[i]);
+        if (add_valid(results[i], decoded[k]) && !attention.empty())
+          add_attention(results[i], decoded[k], attention[k], *items[i]);
         ++k;
       }
       results[i].tokens += items[i]->tokens.size();
@@ -108,11 +114,26 @@ class Seq2SeqTask final : public Task {
   void merge_summary_state(const nlohmann::ordered_json& state) override { steps_.merge(state); }
 
  private:
+  // The hypotheses that satisfy the constraint into `result`; false when none does (`result` is
+  // then the record's error).
+  bool add_valid(Result& result, const DecodeResult& decoded) const {
+    try {
+      add_hypotheses(result,
+                     valid_hypotheses(decoded, target_tokenizer_, nullptr, constraint_.get()),
+                     target_tokenizer_, token_logprobs_);
+      return true;
+    } catch (const RecordError& e) {
+      result = error_result(result.id, e.what());
+      return false;
+    }
+  }
+
   std::vector<StepperRecord> stepper_records(std::span<Item* const> items) const {
     std::vector<StepperRecord> records(items.size());
     for (std::size_t i = 0; i < items.size(); ++i) {
       records[i].id = items[i]->record.id;
       records[i].prefix = static_cast<Seq2SeqInput*>(items[i]->data.get())->prefix;
+      records[i].constraint = constraint_;
       if (vmap_) records[i].allowed = vmap_->allowed(source_pieces(*items[i]), records[i].prefix);
     }
     return records;
@@ -267,6 +288,7 @@ class Seq2SeqTask final : public Task {
   std::string prefix_field_;
   bool return_attention_, replace_unknowns_;
   ContinuousLimits limits_;
+  std::shared_ptr<const TokenConstraint> constraint_;  // null: none
   AttentionRecording recording_;  // the alignment layer and heads, when attention is needed
   TokenId unk_ = -1;
   std::unique_ptr<VocabularyMap> vmap_;
@@ -334,7 +356,7 @@ const TaskRegistration registration({
                              "allowed; special tokens and the record's prefix stay allowed. "
                              "Restricts per record (CTranslate2: per batch). Empty: off"}},
          .required_sections = {"model", "decoder"},
-         .optional_sections = {"tokenizer", "target_tokenizer", "mask"},
+         .optional_sections = {"tokenizer", "target_tokenizer", "mask", "constraint"},
          .default_plugins = {{"decoder", "greedy"}},
          .model_kinds = {ModelKind::encoder_decoder, ModelKind::encoder_only},
          .held_masks = {"bidirectional"}},

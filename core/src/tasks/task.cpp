@@ -107,6 +107,7 @@ Plugins create_plugins(const Pipeline& pipeline, const Registry& registry) {
   p.target_tokenizer = create_as<Tokenizer>(pipeline, registry, "target_tokenizer");
   p.mask = create_as<MaskStrategy>(pipeline, registry, "mask");
   p.decoder = create_as<Decoder>(pipeline, registry, "decoder");
+  p.constraint = create_as<Constraint>(pipeline, registry, "constraint");
   for (const auto& [section, tokenizer] :
        {std::pair{"tokenizer", p.tokenizer.get()}, {"target_tokenizer", p.target_tokenizer.get()}})
     if (tokenizer)

@@ -13,6 +13,7 @@
 
 #include "io/output.hpp"
 #include "io/records.hpp"
+#include "masque/constraint.hpp"
 #include "masque/decoder.hpp"
 #include "masque/mask.hpp"
 #include "masque/model.hpp"
@@ -29,6 +30,7 @@ struct Plugins {
   std::unique_ptr<Tokenizer> target_tokenizer;
   std::unique_ptr<MaskStrategy> mask;
   std::unique_ptr<Decoder> decoder;
+  std::unique_ptr<Constraint> constraint;  // what generated outputs must match, or null
   std::map<std::string, std::unique_ptr<MaskStrategy>> held_masks;  // by plugin name
 
   // A held strategy; RuntimeError when the task's spec did not declare it.
