@@ -98,34 +98,64 @@ TokenTexts token_texts(const Tokenizer& tokenizer, std::span<const TokenId> end_
   return out;
 }
 
+// The vocabulary's byte strings as a trie, laid out flat in breadth-first order: a node's
+// children are consecutive, so the mask walk reads memory in order.
 class ByteTrie {
  public:
-  struct Node {
-    std::vector<std::pair<std::uint8_t, std::uint32_t>> children;
-    std::vector<TokenId> tokens;  // the tokens whose bytes end here
-  };
-
   explicit ByteTrie(const std::vector<std::string>& texts) {
-    nodes_.emplace_back();
+    struct Draft {
+      std::vector<std::pair<std::uint8_t, std::uint32_t>> children;
+      std::vector<TokenId> tokens;
+    };
+    std::vector<Draft> draft(1);
     for (std::size_t t = 0; t < texts.size(); ++t) {
       if (texts[t].empty()) continue;
       std::uint32_t at = 0;
-      for (char c : texts[t]) at = child(at, static_cast<std::uint8_t>(c));
-      nodes_[at].tokens.push_back(static_cast<TokenId>(t));
+      for (char c : texts[t]) {
+        const auto b = static_cast<std::uint8_t>(c);
+        std::uint32_t next = 0;
+        for (const auto& [byte, child] : draft[at].children)
+          if (byte == b) next = child;
+        if (next == 0) {
+          next = static_cast<std::uint32_t>(draft.size());
+          draft[at].children.emplace_back(b, next);
+          draft.emplace_back();
+        }
+        at = next;
+      }
+      draft[at].tokens.push_back(static_cast<TokenId>(t));
     }
+    std::vector<std::uint32_t> order{0};  // draft ids in breadth-first order
+    for (std::size_t i = 0; i < order.size(); ++i)
+      for (const auto& child : draft[order[i]].children) order.push_back(child.second);
+    const std::size_t n = order.size();
+    first_child_.resize(n);
+    children_.resize(n);
+    byte_.resize(n);
+    token_begin_.resize(n + 1);
+    std::uint32_t next = 1;
+    for (std::size_t i = 0; i < n; ++i) {
+      const Draft& d = draft[order[i]];
+      first_child_[i] = next;
+      children_[i] = static_cast<std::uint32_t>(d.children.size());
+      for (const auto& child : d.children) byte_[next++] = child.first;
+      token_begin_[i] = static_cast<std::uint32_t>(tokens_.size());
+      tokens_.insert(tokens_.end(), d.tokens.begin(), d.tokens.end());
+    }
+    token_begin_[n] = static_cast<std::uint32_t>(tokens_.size());
   }
-  const Node& node(std::uint32_t i) const { return nodes_[i]; }
+
+  std::uint32_t first_child(std::uint32_t node) const { return first_child_[node]; }
+  std::uint32_t children(std::uint32_t node) const { return children_[node]; }
+  std::uint8_t byte(std::uint32_t node) const { return byte_[node]; }
+  std::span<const TokenId> tokens(std::uint32_t node) const {
+    return {tokens_.data() + token_begin_[node], token_begin_[node + 1] - token_begin_[node]};
+  }
 
  private:
-  std::uint32_t child(std::uint32_t at, std::uint8_t byte) {
-    for (const auto& [b, next] : nodes_[at].children)
-      if (b == byte) return next;
-    const auto next = static_cast<std::uint32_t>(nodes_.size());
-    nodes_[at].children.emplace_back(byte, next);
-    nodes_.emplace_back();
-    return next;
-  }
-  std::vector<Node> nodes_;
+  std::vector<std::uint32_t> first_child_, children_, token_begin_;
+  std::vector<std::uint8_t> byte_;  // the byte on the edge into each node
+  std::vector<TokenId> tokens_;
 };
 
 using Mask = std::vector<std::uint64_t>;  // bit t: token t allowed
@@ -229,11 +259,12 @@ class GrammarConstraint final : public TokenConstraint {
     while (s != GrammarMatcher::kDead && !work.empty()) {
       const auto [at, st] = work.back();
       work.pop_back();
-      for (const auto& [byte, child] : trie.node(at).children) {
-        const StateId next = matcher_.step(st, byte);
+      const std::uint32_t first = trie.first_child(at), end = first + trie.children(at);
+      for (std::uint32_t child = first; child < end; ++child) {
+        const StateId next = matcher_.step(st, trie.byte(child));
         if (next == GrammarMatcher::kDead) continue;
-        for (TokenId t : trie.node(child).tokens) allow(t), any = true;
-        if (!trie.node(child).children.empty()) work.emplace_back(child, next);
+        for (TokenId t : trie.tokens(child)) allow(t), any = true;
+        if (trie.children(child) > 0) work.emplace_back(child, next);
       }
     }
     // Ends where the output may end; where nothing can follow (or nothing can continue a

@@ -124,7 +124,7 @@ GrammarMatcher::StateId GrammarMatcher::compute_step(StateId id, std::uint8_t by
   return kDead;  // a continuation byte first, or a byte UTF-8 never holds
 }
 
-GrammarMatcher::StateId GrammarMatcher::step(StateId state, std::uint8_t byte) {
+GrammarMatcher::StateId GrammarMatcher::step_slow(StateId state, std::uint8_t byte) {
   if (state == kDead) return kDead;
   if (!next_[state]) {
     next_[state] = std::make_unique<std::array<StateId, 256>>();

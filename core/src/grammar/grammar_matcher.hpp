@@ -26,7 +26,14 @@ class GrammarMatcher {
   explicit GrammarMatcher(Grammar grammar);
 
   StateId start() const { return start_; }
-  StateId step(StateId state, std::uint8_t byte);
+  // Inline for the memoized case: the token-mask walk takes millions of steps.
+  StateId step(StateId state, std::uint8_t byte) {
+    if (state != kDead && next_[state]) {
+      const StateId known = (*next_[state])[byte];
+      if (known != kUnknown) return known;
+    }
+    return step_slow(state, byte);
+  }
   StateId step(StateId state, std::string_view bytes);
   // The text so far is a whole sentence of the grammar.
   bool accepts(StateId state) const;
@@ -59,6 +66,7 @@ class GrammarMatcher {
   StateId step_code_point(const State& from, char32_t c);
   StateId step_partial(const State& from, char32_t bits, std::uint8_t pending, std::uint8_t length);
   StateId compute_step(StateId state, std::uint8_t byte);
+  StateId step_slow(StateId state, std::uint8_t byte);
   const CharSet& waiting_on(std::uint32_t top) const;
 
   Grammar grammar_;
