@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <regex>
 #include <set>
 
@@ -150,6 +151,61 @@ TEST_CASE("constraint: the aren encoder-decoder under a grammar without the lett
     had_e += a[i]["text"].get<std::string>().find('e') != std::string::npos;
   }
   CHECK(had_e > 0);  // the grammar changed something
+}
+
+TEST_CASE("constraint: 1000 aren transliterations under a grammar all match it at any batching",
+          "[constraint]") {
+  const fs::path dir = scratch_dir("constraint_aren_1000");
+  // Lower-case letters but no 'e', one to twelve of them: a transliteration the model must
+  // bend wherever it would write an 'e' (beam 2, the pipeline's default).
+  write_file(dir / "no-e.gbnf", "root ::= [a-df-z] (\" \" [a-df-z]){0,11}\n");
+  std::ifstream words((shared_dir() / "bench/aren-20k.txt").string());
+  std::string input, line;
+  for (int i = 0; i < 1000 && std::getline(words, line); ++i) input += line + "\n";
+  write_file(dir / "in.txt", input);
+  const auto run = [&](const std::string& name, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"run",  pipeline("translate.yaml"), "-i",
+                                     (dir / "in.txt").string(), "-o", (dir / name).string(),
+                                     "--grammar", (dir / "no-e.gbnf").string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const RunResult r = run_masque(args);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    return read_file(dir / name);
+  };
+  const std::string base = run("b1.jsonl", {"--threads", "1", "--set", "run.max_batch_size=1"});
+  const auto out = parse_jsonl(base);
+  REQUIRE(out.size() == 1000);
+  const std::regex valid("[a-df-z]( [a-df-z]){0,11}");
+  int matching = 0;
+  for (const auto& j : out) matching += std::regex_match(j["text"].get<std::string>(), valid);
+  CHECK(matching == 1000);
+  CHECK(run("b8.jsonl", {"--threads", "2", "--set", "run.max_batch_size=8"}) == base);
+  CHECK(run("b32.jsonl", {"--threads", "1", "--set", "run.max_batch_size=32"}) == base);
+}
+
+TEST_CASE("constraint: byte-level BPE tokens that hold part of a character (tiny-gpt2)",
+          "[constraint]") {
+  // Greek letters are two bytes in UTF-8; GPT-2's vocabulary spells many of them with two
+  // byte tokens, each of which alone is only part of a character.
+  const fs::path dir = scratch_dir("constraint_gpt2");
+  write_file(dir / "gpt2.yaml", "task: lm-generate\nmodel: {plugin: gpt2, path: " +
+                                    (shared_dir() / "models/tiny-gpt2").string() +
+                                    "}\ntokenizer: {plugin: bpe, path: " +
+                                    (shared_dir() / "tokenizers/gpt2").string() +
+                                    "}\ndecoder: {plugin: greedy, max_new_tokens: 24}\n");
+  write_file(dir / "greek.gbnf", "root ::= [α-ω]{3} \"!\"\n");
+  const RunResult r = run_masque({"run", (dir / "gpt2.yaml").string(), "--grammar",
+                                  (dir / "greek.gbnf").string()},
+                                 "Hello\nThe alphabet\nOnce upon a time\n");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto out = parse_jsonl(r.out);
+  REQUIRE(out.size() == 3);
+  for (const auto& j : out) {
+    INFO(j.dump());
+    CHECK(std::regex_match(j["text"].get<std::string>(), std::regex("(\xCE[\xB1-\xBF]|\xCF[\x80-\x89]){3}!")));
+  }
 }
 
 TEST_CASE("constraint: a SIGKILLed run under a JSON schema resumes byte-identical",
