@@ -139,3 +139,51 @@ TEST_CASE("bidirectional: context flags and the query-stream request change noth
   CHECK(m.rank == std::vector<std::int32_t>{0, 0, 0});
   CHECK(m.query_positions.empty());
 }
+
+namespace {
+
+// Which keys each query sees, as rows of 0/1 ("1100" = the first two).
+std::vector<std::string> pattern(const SequenceMask& m) {
+  std::vector<std::string> rows;
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    std::string row;
+    for (std::size_t j = 0; j < m.size(); ++j) row += m.allowed(i, j) ? '1' : '0';
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("block-causal: bidirectional within blocks and causal across them", "[mask]") {
+  auto blocks = load("block-causal", {{"block_size", "2"}});
+  MaskRequest request;
+  request.length = 5;
+  const SequenceMask m = blocks.mask->build(request);
+  CHECK(m.rank == std::vector<std::int32_t>{0, 0, 1, 1, 2});
+  CHECK(pattern(m) == std::vector<std::string>{"11000", "11000", "11110", "11110", "11111"});
+  CHECK_FALSE(blocks.mask->supports_incremental());
+  // Block size 1 is causal; a block as long as the sequence is bidirectional.
+  auto one = load("block-causal", {{"block_size", "1"}});
+  CHECK(pattern(one.mask->build(request)) ==
+        std::vector<std::string>{"10000", "11000", "11100", "11110", "11111"});
+  auto whole = load("block-causal", {{"block_size", "8"}});
+  CHECK(pattern(whole.mask->build(request)) == std::vector<std::string>(5, "11111"));
+}
+
+TEST_CASE("block-causal: a seq2seq source is one block of its own", "[mask]") {
+  auto blocks = load("block-causal", {{"block_size", "2"}});
+  const std::vector<std::int32_t> segments = {0, 0, 0, 1, 1, 1};
+  MaskRequest request;
+  request.length = 6;
+  request.segments = segments;
+  const SequenceMask m = blocks.mask->build(request);
+  CHECK(m.rank == std::vector<std::int32_t>{0, 0, 0, 1, 1, 2});
+  CHECK(pattern(m) ==
+        std::vector<std::string>{"111000", "111000", "111000", "111110", "111110", "111111"});
+  const std::vector<std::int32_t> bad = {0, 1, 0};
+  request.length = 3;
+  request.segments = bad;
+  CHECK_THROWS_WITH(blocks.mask->build(request),
+                    Catch::Contains("a source token (segment 0) after the target"));
+}
