@@ -7,9 +7,9 @@
 // tokens), and KV-cached start/step wherever the layout's ranks allow it (a mask strategy's
 // supports_incremental()). A config reader over the Transformer tier: word + position + token
 // type embeddings and a LayerNorm, post-norm blocks, the MLM head (transform, tied decoder).
-#include <cmath>
 #include <string>
 
+#include "bert_family.hpp"
 #include "hf_plugin.hpp"
 #include "sequence_classification.hpp"
 
@@ -33,20 +33,16 @@ std::string encoder_prefix(const SafeTensors& st) {
 // cls.predictions: transform (dense + hidden_act, LayerNorm), then the decoder, whose weight is
 // the word embedding matrix when tied (HF's default) and whose bias is cls.predictions.bias
 // (older checkpoints store it as cls.predictions.decoder.bias).
-HeadSpec mlm_head(const JsonConfig& config, const SafeTensors& st, const TensorSpec& words,
-                  Activation act, float eps) {
-  const std::int64_t h = words.shape[1], vocab = words.shape[0];
-  HeadSpec head;
-  head.transform = linear("cls.predictions.transform.dense", h, h, true);
-  head.transform_activation = act;
-  head.transform_norm = norm(NormKind::layer_norm, "cls.predictions.transform.LayerNorm", h, eps);
-  head.output.weight = config.get_bool("tie_word_embeddings", true)
-                           ? words
-                           : TensorSpec{"cls.predictions.decoder.weight", {vocab, h}};
+HeadSpec bert_mlm_head(const JsonConfig& config, const SafeTensors& st, const TensorSpec& words,
+                       const models::BertShape& shape) {
+  const TensorSpec output = config.get_bool("tie_word_embeddings", true)
+                                ? words
+                                : TensorSpec{"cls.predictions.decoder.weight", words.shape};
   const bool old_bias =
       !st.contains("cls.predictions.bias") && st.contains("cls.predictions.decoder.bias");
-  head.output.bias = {old_bias ? "cls.predictions.decoder.bias" : "cls.predictions.bias", {vocab}};
-  return head;
+  return models::mlm_head(
+      "cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", output,
+      old_bias ? "cls.predictions.decoder.bias" : "cls.predictions.bias", shape);
 }
 
 TransformerSpec read_spec(const JsonConfig& config, const SafeTensors& st, bool with_head) {
@@ -82,30 +78,11 @@ TransformerSpec read_spec(const JsonConfig& config, const SafeTensors& st, bool 
                  .table = {p + "embeddings.position_embeddings.weight", {max_positions, h}}};
   e.token_types = {p + "embeddings.token_type_embeddings.weight", {types, h}};
   e.norm = norm(NormKind::layer_norm, p + "embeddings.LayerNorm", h, eps);
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(h / heads)));
-  for (std::int32_t l = 0; l < layers; ++l) {
-    const std::string q = p + "encoder.layer." + std::to_string(l) + ".";
-    BlockSpec& b = s.decoder.blocks.emplace_back();
-    b.pre_norm = false;
-    b.attention = {.heads = heads,
-                   .kv_heads = heads,
-                   .head_dim = h / heads,
-                   .scale = scale,
-                   .projections = {linear(q + "attention.self.query", h, h, true),
-                                   linear(q + "attention.self.key", h, h, true),
-                                   linear(q + "attention.self.value", h, h, true)},
-                   .output = linear(q + "attention.output.dense", h, h, true)};
-    b.attention_norm = norm(NormKind::layer_norm, q + "attention.output.LayerNorm", h, eps);
-    b.mlp = {.kind = MlpKind::plain,
-             .activation = act,
-             .in = {linear(q + "intermediate.dense", inner, h, true)},
-             .out = linear(q + "output.dense", h, inner, true)};
-    b.mlp_norm = norm(NormKind::layer_norm, q + "output.LayerNorm", h, eps);
-  }
+  models::add_bert_layers(s, p, {h, layers, heads, inner, act, eps});
   if (with_head && models::is_sequence_classifier(config))
     s.head = models::pooler_classifier_head(config, p, h);
   else if (with_head)
-    s.head = mlm_head(config, st, e.tokens, act, eps);
+    s.head = bert_mlm_head(config, st, e.tokens, {h, layers, heads, inner, act, eps});
   else
     s.head.absent_reason = "mlm_head: false";
   return s;

@@ -1,0 +1,63 @@
+// What BERT and RoBERTa (XLM-R) share: post-norm encoder layers with biases under
+// `<prefix>encoder.layer.N.`, and the masked-LM head's shape (dense + activation + LayerNorm,
+// then the vocabulary projection).
+#pragma once
+
+#include <cmath>
+#include <string>
+
+#include "masque/transformer/spec.hpp"
+
+namespace masque::models {
+
+struct BertShape {
+  std::int32_t hidden = 0, layers = 0, heads = 0, inner = 0;
+  Activation activation = Activation::gelu;
+  float eps = 1e-12f;
+};
+
+inline void add_bert_layers(transformer::TransformerSpec& s, const std::string& prefix,
+                            const BertShape& shape) {
+  using transformer::linear;
+  using transformer::norm;
+  const std::int32_t h = shape.hidden, heads = shape.heads;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(h / heads)));
+  for (std::int32_t l = 0; l < shape.layers; ++l) {
+    const std::string q = prefix + "encoder.layer." + std::to_string(l) + ".";
+    transformer::BlockSpec& b = s.decoder.blocks.emplace_back();
+    b.pre_norm = false;
+    b.attention = {.heads = heads,
+                   .kv_heads = heads,
+                   .head_dim = h / heads,
+                   .scale = scale,
+                   .projections = {linear(q + "attention.self.query", h, h, true),
+                                   linear(q + "attention.self.key", h, h, true),
+                                   linear(q + "attention.self.value", h, h, true)},
+                   .output = linear(q + "attention.output.dense", h, h, true)};
+    b.attention_norm =
+        norm(transformer::NormKind::layer_norm, q + "attention.output.LayerNorm", h, shape.eps);
+    b.mlp = {.kind = transformer::MlpKind::plain,
+             .activation = shape.activation,
+             .in = {linear(q + "intermediate.dense", shape.inner, h, true)},
+             .out = linear(q + "output.dense", h, shape.inner, true)};
+    b.mlp_norm = norm(transformer::NormKind::layer_norm, q + "output.LayerNorm", h, shape.eps);
+  }
+}
+
+// The MLM head: `dense` (+ activation) and `layer_norm`, then `output` over the vocabulary
+// with the bias `bias`.
+inline transformer::HeadSpec mlm_head(const std::string& dense, const std::string& layer_norm,
+                                      const transformer::TensorSpec& output,
+                                      const std::string& bias, const BertShape& shape) {
+  const std::int64_t h = shape.hidden;
+  transformer::HeadSpec head;
+  head.transform = transformer::linear(dense, h, h, true);
+  head.transform_activation = shape.activation;
+  head.transform_norm =
+      transformer::norm(transformer::NormKind::layer_norm, layer_norm, h, shape.eps);
+  head.output.weight = output;
+  head.output.bias = {bias, {output.shape[0]}};
+  return head;
+}
+
+}  // namespace masque::models
