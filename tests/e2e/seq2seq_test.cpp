@@ -156,3 +156,37 @@ TEST_CASE("seq2seq: the route follows the pipeline's mask and checks the model's
   CHECK(lm.err.find("the task 'lm-generate' runs decoder-only or encoder-only models; the model "
                     "'encoder-decoder' is encoder-decoder") != std::string::npos);
 }
+
+TEST_CASE("seq2seq: stop strings cut each hypothesis, from task.stop or the record's own",
+          "[e2e][seq2seq][stop]") {
+  // Unstopped (greedy): "b e t t e r", "m e l l e r".
+  const std::string words = "{\"text\": \"ب ي ت ر\"}\n{\"text\": \"م ي ل ر\", \"stop\": \"l e\"}\n";
+  const auto free = run_masque({"run", translate(), "-q", "--set", "decoder.plugin=greedy"},
+                               "ب ي ت ر\nم ي ل ر\n");
+  REQUIRE(free.exit_code == 0);
+  const auto plain = parse_jsonl(free.out);
+  REQUIRE(plain.at(0)["text"] == "b e t t e r");
+  REQUIRE(plain.at(1)["text"] == "m e l l e r");
+  for (const char* batching : {"static", "continuous"}) {
+    const auto r = run_masque(
+        {"run", translate(), "-q", "--input-format", "jsonl", "--set", "task.stop=[\"t t\"]",
+         "--set", "decoder.plugin=greedy", "--set", std::string("run.batching=") + batching},
+        words);
+    INFO(batching << "\n" << r.err);
+    REQUIRE(r.exit_code == 0);
+    const auto out = parse_jsonl(r.out);
+    CHECK(out.at(0)["text"] == "b e ");    // task.stop
+    CHECK(out.at(1)["text"] == "m e l ");  // the record's "stop" replaces it
+    // The tokens keep the one that completed the stop string, and no more.
+    CHECK(out.at(0)["tokens"].size() < plain.at(0)["tokens"].size());
+  }
+  // Beam search ends a hypothesis at a stop as at an end token and keeps the best finished one:
+  // no text holds the stop string.
+  const auto beam = run_masque({"run", translate(), "-q", "--input-format", "jsonl", "--set",
+                                "task.stop=[\"t t\"]", "--set", "decoder.num_hypotheses=2"},
+                               words);
+  REQUIRE(beam.exit_code == 0);
+  for (const auto& j : parse_jsonl(beam.out))
+    for (const auto& h : j["hypotheses"])
+      CHECK(h["text"].get<std::string>().find("t t") == std::string::npos);
+}

@@ -20,7 +20,7 @@ class LmGenerateTask final : public Task {
         mask_(*plugins.mask),
         decoder_(*plugins.decoder),
         token_logprobs_(params_.get_bool("token_logprobs")),
-        stops_(task_stops(tokenizer_, params_.get_string_list("stop"))),
+        stops_(task_stop_strings(tokenizer_, params_.get_string_list("stop"), "task.stop")),
         limits_(continuous_limits(pipeline.run_params, decoder_)),
         constraint_(
             bind_constraint(plugins, tokenizer_, pipeline.at("decoder").params, end_tokens())),
@@ -33,10 +33,6 @@ class LmGenerateTask final : public Task {
       throw ConfigError("lm-generate decodes incrementally, which the mask strategy '" +
                         pipeline.at("mask").entry->key() + "' does not allow (use causal)");
     check_decoder_tokens(pipeline.at("decoder").params, model_.info().vocab_size);
-    if (StreamSink::active() && stops_)
-      throw ConfigError(
-          "--stream with task.stop: a streamed text could show the start of a stop string "
-          "before it is complete (run without --stream)");
     if (StreamSink* stream = StreamSink::active())
       stream->set_detokenize(
           [t = tokenizer_](std::span<const TokenId> ids) { return detokenize(t, ids); });
@@ -62,7 +58,7 @@ class LmGenerateTask final : public Task {
     }
     check_length(item, item.tokens.size(), params_, model_);
     item.cost = item.tokens.size();
-    item.data = record_stops(item.record);
+    item.data = std::const_pointer_cast<StopStrings>(record_stop_strings(item.record, tokenizer_));
   }
 
   bool batches_continuously() const override { return limits_.enabled; }
@@ -108,34 +104,6 @@ class LmGenerateTask final : public Task {
   void merge_summary_state(const nlohmann::ordered_json& state) override { steps_.merge(state); }
 
  private:
-  // task.stop, or null when it is empty.
-  static std::shared_ptr<const StopStrings> task_stops(const Tokenizer* tokenizer,
-                                                       std::vector<std::string> list) {
-    if (list.empty()) return nullptr;
-    return std::make_shared<const StopStrings>(tokenizer, std::move(list), "task.stop");
-  }
-
-  // A JSON record's "stop" (a string or a list of strings): its own stop strings, which replace
-  // task.stop; null when it has none.
-  std::shared_ptr<StopStrings> record_stops(const Record& record) const {
-    const auto it = record.fields.find("stop");
-    if (it == record.fields.end() || it->is_null()) return nullptr;
-    if (StreamSink::active())
-      throw RecordError(
-          "\"stop\" with --stream: a streamed text could show the start of a stop "
-          "string before it is complete");
-    std::vector<std::string> list;
-    for (const auto& s : it->is_array() ? *it : nlohmann::ordered_json::array({*it})) {
-      if (!s.is_string()) throw RecordError("\"stop\": expected a string or a list of strings");
-      list.push_back(s.get<std::string>());
-    }
-    try {
-      return std::make_shared<StopStrings>(tokenizer_, std::move(list), "\"stop\"");
-    } catch (const ConfigError& e) {  // an empty string: this record's fault alone
-      throw RecordError(e.what());
-    }
-  }
-
   // The record's own stop strings, else the task's (null: none).
   std::shared_ptr<const StopStrings> stops_of(const Item& item) const {
     return item.data ? std::static_pointer_cast<const StopStrings>(item.data) : stops_;

@@ -19,6 +19,7 @@ struct Seq2SeqInput {
   std::string note;  // source truncation
   // The source tokens before any truncation (attention columns; replace_unknowns' pieces).
   std::vector<TokenId> source;
+  std::shared_ptr<const StopStrings> stops;  // the record's "stop", else task.stop; or null
 };
 
 // The pieces `replace_unknowns` substitutes come from the source tokenizer (ids without one).
@@ -41,6 +42,7 @@ class Seq2SeqTask final : public Task {
         return_attention_(params_.get_bool("return_attention")),
         replace_unknowns_(params_.get_bool("replace_unknowns")),
         limits_(continuous_limits(pipeline.run_params, decoder_)),
+        stops_(task_stop_strings(target_tokenizer_, params_.get_string_list("stop"), "task.stop")),
         constraint_(bind_constraint(plugins, target_tokenizer_, pipeline.at("decoder").params,
                                     route_->end_tokens())) {
     check_decoder_tokens(pipeline.at("decoder").params, model_.info().vocab_size);
@@ -70,6 +72,8 @@ class Seq2SeqTask final : public Task {
     input->prefix =
         target_field(item.record, prefix_field_, target_tokenizer_, model_.info().vocab_size);
     check_length(item, route_->positions(item, input->prefix.size()), params_, model_);
+    input->stops = record_stop_strings(item.record, target_tokenizer_);
+    if (!input->stops) input->stops = stops_;
     item.cost = item.tokens.size();
     item.data = input;
   }
@@ -85,7 +89,7 @@ class Seq2SeqTask final : public Task {
       if (route_->trivially_empty(*items[i])) {
         DecodeResult empty;
         empty.hypotheses.push_back({});
-        if (!add_valid(results[i], empty)) continue;
+        if (!add_valid(results[i], empty, nullptr)) continue;
         if (return_attention_) add_attention(results[i], empty, {AttentionRows{}}, *items[i]);
       } else {
         run.push_back(items[i]);
@@ -97,7 +101,8 @@ class Seq2SeqTask final : public Task {
     if (return_attention_ || replace_unknowns_) attention = attend(run, decoded);
     for (std::size_t i = 0, k = 0; i < items.size(); ++i) {
       if (k < run.size() && items[i] == run[k]) {
-        if (add_valid(results[i], decoded[k]) && !attention.empty())
+        const auto& stops = static_cast<Seq2SeqInput*>(items[i]->data.get())->stops;
+        if (add_valid(results[i], decoded[k], stops.get()) && !attention.empty())
           add_attention(results[i], decoded[k], attention[k], *items[i]);
         ++k;
       }
@@ -116,11 +121,11 @@ class Seq2SeqTask final : public Task {
  private:
   // The hypotheses that satisfy the constraint into `result`; false when none does (`result` is
   // then the record's error).
-  bool add_valid(Result& result, const DecodeResult& decoded) const {
+  // `stops`: the record's stop strings, which cut its texts (or null).
+  bool add_valid(Result& result, const DecodeResult& decoded, const StopStrings* stops) const {
     try {
-      add_hypotheses(result,
-                     valid_hypotheses(decoded, target_tokenizer_, nullptr, constraint_.get()),
-                     target_tokenizer_, token_logprobs_);
+      add_hypotheses(result, valid_hypotheses(decoded, target_tokenizer_, stops, constraint_.get()),
+                     target_tokenizer_, token_logprobs_, stops);
       return true;
     } catch (const RecordError& e) {
       result = error_result(result.id, e.what());
@@ -134,6 +139,7 @@ class Seq2SeqTask final : public Task {
       records[i].id = items[i]->record.id;
       records[i].prefix = static_cast<Seq2SeqInput*>(items[i]->data.get())->prefix;
       records[i].constraint = constraint_;
+      records[i].stops = static_cast<Seq2SeqInput*>(items[i]->data.get())->stops;
       if (vmap_) records[i].allowed = vmap_->allowed(source_pieces(*items[i]), records[i].prefix);
     }
     return records;
@@ -288,6 +294,7 @@ class Seq2SeqTask final : public Task {
   std::string prefix_field_;
   bool return_attention_, replace_unknowns_;
   ContinuousLimits limits_;
+  std::shared_ptr<const StopStrings> stops_;           // task.stop (null: none)
   std::shared_ptr<const TokenConstraint> constraint_;  // null: none
   AttentionRecording recording_;  // the alignment layer and heads, when attention is needed
   TokenId unk_ = -1;
@@ -309,6 +316,13 @@ const TaskRegistration registration({
                      .type = ParamType::boolean,
                      .default_value = "false",
                      .help = "also output the log-probability of every generated token"},
+                    {.name = "stop",
+                     .type = ParamType::string_list,
+                     .default_value = "[]",
+                     .help = "stop strings: a hypothesis ends as soon as its decoded text holds "
+                             "one (across token boundaries) and its text ends just before it; a "
+                             "JSON record's own \"stop\" replaces it for that record; not with "
+                             "--stream"},
                     {.name = "prefix_field",
                      .type = ParamType::string,
                      .default_value = "prefix",

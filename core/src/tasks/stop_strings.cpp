@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "masque/error.hpp"
+#include "run/stream.hpp"
 #include "tasks/common.hpp"
 
 namespace masque {
@@ -39,6 +40,38 @@ std::string_view StopStrings::cut(std::string_view text) const {
   std::size_t end = text.size();
   for (const std::string& s : stops_) end = std::min(end, text.find(s));
   return text.substr(0, end);
+}
+
+std::shared_ptr<const StopStrings> task_stop_strings(const Tokenizer* tokenizer,
+                                                     std::vector<std::string> stops,
+                                                     const std::string& key) {
+  if (stops.empty()) return nullptr;
+  if (StreamSink::active())
+    throw ConfigError(
+        "--stream with " + key +
+        ": a streamed text could show the start of a stop string before it is complete (run "
+        "without --stream)");
+  return std::make_shared<const StopStrings>(tokenizer, std::move(stops), key);
+}
+
+std::shared_ptr<const StopStrings> record_stop_strings(const Record& record,
+                                                       const Tokenizer* tokenizer) {
+  const auto it = record.fields.find("stop");
+  if (it == record.fields.end() || it->is_null()) return nullptr;
+  if (StreamSink::active())
+    throw RecordError(
+        "\"stop\" with --stream: a streamed text could show the start of a stop string before "
+        "it is complete");
+  std::vector<std::string> list;
+  for (const auto& s : it->is_array() ? *it : nlohmann::ordered_json::array({*it})) {
+    if (!s.is_string()) throw RecordError("\"stop\": expected a string or a list of strings");
+    list.push_back(s.get<std::string>());
+  }
+  try {
+    return std::make_shared<const StopStrings>(tokenizer, std::move(list), "\"stop\"");
+  } catch (const ConfigError& e) {  // an empty string: this record's fault alone
+    throw RecordError(e.what());
+  }
 }
 
 }  // namespace masque

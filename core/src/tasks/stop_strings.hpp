@@ -2,11 +2,13 @@
 // (across token boundaries), and its output text ends just before it.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "io/records.hpp"
 #include "masque/tokenizer.hpp"
 
 namespace masque {
@@ -30,5 +32,15 @@ class StopStrings {
   std::vector<std::string> stops_;
   std::size_t window_ = 0;  // tokens decoded by matches()
 };
+
+// A task's `stop` list (`key` names it in errors), or null when it is empty.
+std::shared_ptr<const StopStrings> task_stop_strings(const Tokenizer* tokenizer,
+                                                     std::vector<std::string> stops,
+                                                     const std::string& key);
+// A JSON record's own "stop" (a string or a list of strings), which replaces the task's; null
+// when it has none. RecordError for anything else, an empty string, or with --stream (a
+// streamed text could show the start of a stop string before it is complete).
+std::shared_ptr<const StopStrings> record_stop_strings(const Record& record,
+                                                       const Tokenizer* tokenizer);
 
 }  // namespace masque
