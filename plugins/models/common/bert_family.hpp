@@ -1,4 +1,4 @@
-// What BERT and RoBERTa (XLM-R) share: post-norm encoder layers with biases under
+// What BERT, RoBERTa (XLM-R) and DistilBERT share: post-norm encoder layers with biases under
 // `<prefix>encoder.layer.N.`, and the masked-LM head's shape (dense + activation + LayerNorm,
 // then the vocabulary projection).
 #pragma once
@@ -16,31 +16,44 @@ struct BertShape {
   float eps = 1e-12f;
 };
 
+// A layer's tensor names after its prefix: BERT's, or DistilBERT's.
+struct BertLayerNames {
+  const char* layers = "encoder.layer.";  // + N + "."
+  const char* query = "attention.self.query";
+  const char* key = "attention.self.key";
+  const char* value = "attention.self.value";
+  const char* attention_out = "attention.output.dense";
+  const char* attention_norm = "attention.output.LayerNorm";
+  const char* ffn_in = "intermediate.dense";
+  const char* ffn_out = "output.dense";
+  const char* ffn_norm = "output.LayerNorm";
+};
+
 inline void add_bert_layers(transformer::TransformerSpec& s, const std::string& prefix,
-                            const BertShape& shape) {
+                            const BertShape& shape, const BertLayerNames& names = {}) {
   using transformer::linear;
   using transformer::norm;
   const std::int32_t h = shape.hidden, heads = shape.heads;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(h / heads)));
   for (std::int32_t l = 0; l < shape.layers; ++l) {
-    const std::string q = prefix + "encoder.layer." + std::to_string(l) + ".";
+    const std::string q = prefix + names.layers + std::to_string(l) + ".";
     transformer::BlockSpec& b = s.decoder.blocks.emplace_back();
     b.pre_norm = false;
-    b.attention = {.heads = heads,
-                   .kv_heads = heads,
-                   .head_dim = h / heads,
-                   .scale = scale,
-                   .projections = {linear(q + "attention.self.query", h, h, true),
-                                   linear(q + "attention.self.key", h, h, true),
-                                   linear(q + "attention.self.value", h, h, true)},
-                   .output = linear(q + "attention.output.dense", h, h, true)};
+    b.attention = {
+        .heads = heads,
+        .kv_heads = heads,
+        .head_dim = h / heads,
+        .scale = scale,
+        .projections = {linear(q + names.query, h, h, true), linear(q + names.key, h, h, true),
+                        linear(q + names.value, h, h, true)},
+        .output = linear(q + names.attention_out, h, h, true)};
     b.attention_norm =
-        norm(transformer::NormKind::layer_norm, q + "attention.output.LayerNorm", h, shape.eps);
+        norm(transformer::NormKind::layer_norm, q + names.attention_norm, h, shape.eps);
     b.mlp = {.kind = transformer::MlpKind::plain,
              .activation = shape.activation,
-             .in = {linear(q + "intermediate.dense", shape.inner, h, true)},
-             .out = linear(q + "output.dense", h, shape.inner, true)};
-    b.mlp_norm = norm(transformer::NormKind::layer_norm, q + "output.LayerNorm", h, shape.eps);
+             .in = {linear(q + names.ffn_in, shape.inner, h, true)},
+             .out = linear(q + names.ffn_out, h, shape.inner, true)};
+    b.mlp_norm = norm(transformer::NormKind::layer_norm, q + names.ffn_norm, h, shape.eps);
   }
 }
 

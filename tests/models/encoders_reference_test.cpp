@@ -1,0 +1,127 @@
+// The roberta and distilbert plugins against float64 references from plain-torch RoBERTa and
+// DistilBERT (encoders_reference.py, run by the models_encoders_fixture test): *ForMaskedLM
+// folders' logits, an XLMRobertaModel folder's hidden states (no head, no `roberta.` prefix),
+// and *ForSequenceClassification folders' labels, each sequence alone and right-padded in a
+// batch (RoBERTa's positions numbered from padding_idx + 1, as HF numbers them).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "lm_reference.hpp"
+#include "masque/threading.hpp"
+#include "model_plugin.hpp"
+
+using namespace masque;
+using namespace masque::test;
+using nlohmann::json;
+
+namespace {
+
+constexpr double kTol = 1e-4;
+const std::filesystem::path kFixture = MASQUE_ENCODERS_FIXTURE;
+
+const json& reference() {
+  static const json ref = read_json(kFixture / "reference.json");
+  return ref;
+}
+
+// The variant's folder through its family's plugin (the name's first word).
+LoadedPlugin<Model> load_encoder(const std::string& name, bool head) {
+  Params params;
+  params.set("path", (kFixture / name).string());
+  params.set("mlm_head", head);
+  const std::string plugin =
+      name.substr(0, name.find('-')) == "xlmr" ? "roberta" : name.substr(0, name.find('-'));
+  return load_plugin<Model>("model", plugin, params);
+}
+
+// Largest |x - want| over rows [first, first + want.size()) of `values` ([rows, width]).
+double error(const Tensor& values, std::int64_t first, const json& want) {
+  double worst = 0;
+  for (std::size_t t = 0; t < want.size(); ++t) {
+    const auto row = row_of(values, first + static_cast<std::int64_t>(t));
+    const auto expected = want[t].get<std::vector<double>>();
+    REQUIRE(row.size() == expected.size());
+    for (std::size_t v = 0; v < expected.size(); ++v)
+      worst = std::max(worst, std::abs(row[v] - expected[v]));
+  }
+  return worst;
+}
+
+std::vector<std::vector<TokenId>> sequences(const json& variant) {
+  std::vector<std::vector<TokenId>> out;
+  for (const auto& s : variant["sequences"]) out.push_back(s["ids"].get<std::vector<TokenId>>());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("roberta and distilbert: masked-LM logits match the float64 reference",
+          "[roberta][distilbert]") {
+  const ThreadScope one(1);
+  for (const std::string name : {"roberta-mlm", "distilbert-mlm"}) {
+    DYNAMIC_SECTION(name) {
+      const json& variant = reference()[name];
+      auto model = load_encoder(name, true);
+      const bool roberta = name == "roberta-mlm";
+      CHECK(model->info().architecture == (roberta ? "roberta" : "distilbert"));
+      // RoBERTa's rows are numbered from padding_idx + 1 = 2: 18 of the table's 20 are usable.
+      CHECK(model->info().max_positions == (roberta ? 18 : 20));
+      auto mask = load_mask("bidirectional");
+      const auto rows = sequences(variant);
+      const Batch batch = make_batch(*mask, rows, 1, 0);
+      const ForwardResult all = model->forward(batch);
+      double worst = 0;
+      for (std::size_t b = 0; b < rows.size(); ++b) {
+        const auto& want = variant["sequences"][b]["logits"];
+        worst =
+            std::max(worst, error(all.logits, static_cast<std::int64_t>(b) * batch.length, want));
+        worst =
+            std::max(worst, error(model->forward(make_batch(*mask, {rows[b]})).logits, 0, want));
+      }
+      CHECK(worst < kTol);
+    }
+  }
+}
+
+TEST_CASE("roberta: an XLMRobertaModel folder's hidden states match the reference", "[roberta]") {
+  const ThreadScope one(1);
+  const json& variant = reference()["xlmr-model"];
+  auto model = load_encoder("xlmr-model", false);
+  auto mask = load_mask("bidirectional");
+  const auto rows = sequences(variant);
+  Batch batch = make_batch(*mask, rows, 1, 0);
+  batch.want_hidden = true;
+  batch.want_logits = false;
+  const ForwardResult all = model->forward(batch);
+  double worst = 0;
+  for (std::size_t b = 0; b < rows.size(); ++b)
+    worst = std::max(worst, error(all.hidden, static_cast<std::int64_t>(b) * batch.length,
+                                  variant["sequences"][b]["hidden"]));
+  CHECK(worst < kTol);
+}
+
+TEST_CASE("roberta and distilbert: classifier folders' labels match the reference",
+          "[roberta][distilbert]") {
+  const ThreadScope one(1);
+  for (const std::string name : {"roberta-classifier", "distilbert-classifier"}) {
+    DYNAMIC_SECTION(name) {
+      const json& variant = reference()[name];
+      auto model = load_encoder(name, true);
+      CHECK(model->info().vocab_size == 3);
+      auto mask = load_mask("bidirectional");
+      const auto rows = sequences(variant);
+      Batch batch = make_batch(*mask, rows, 1, 0);
+      for (std::size_t b = 0; b < rows.size(); ++b)
+        batch.output_rows.push_back(static_cast<std::int32_t>(b) * batch.length);  // <s> / [CLS]
+      const ForwardResult all = model->forward(batch);
+      double worst = 0;
+      for (std::size_t b = 0; b < rows.size(); ++b)
+        worst = std::max(worst, error(all.logits, static_cast<std::int64_t>(b),
+                                      json::array({variant["sequences"][b]["labels"]})));
+      CHECK(worst < kTol);
+    }
+  }
+}
