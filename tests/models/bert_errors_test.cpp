@@ -120,19 +120,27 @@ TEST_CASE("bert loads tensors without the bert. prefix and from shards and with 
     CHECK_THAT(load_error(make_folder("bert_untied_missing", untied, with_decoder)),
                Contains("cls.predictions.decoder.weight") && Contains("model.safetensors"));
   }
-  SECTION("mlm_head: false loads an encoder without cls.*") {
+  SECTION("a folder without cls.* (BertModel) loads as an encoder; logits name the tensor") {
     TensorMap encoder;
     for (const auto& [name, t] : tensors)
       if (name.rfind("cls.", 0) != 0) encoder[name] = t;
     const auto dir = make_folder("bert_encoder_only", config, encoder);
-    CHECK_THAT(load_error(dir), Contains("cls.predictions"));
-    auto model = load_model(dir, {{"mlm_head", false}});
-    masque::Batch hidden_only = batch;
-    hidden_only.want_logits = false;
-    const auto out = model->forward(hidden_only);
-    CHECK(out.logits.empty());
-    CHECK(diff(out.hidden, expected.hidden) == 0.0);
-    CHECK_THAT(error_of<masque::ConfigError>([&] { model->forward(batch); }), Contains("mlm_head"));
+    for (const bool head : {true, false}) {
+      auto model = load_model(dir, {{"mlm_head", head}});
+      masque::Batch hidden_only = batch;
+      hidden_only.want_logits = false;
+      const auto out = model->forward(hidden_only);
+      CHECK(out.logits.empty());
+      CHECK(diff(out.hidden, expected.hidden) == 0.0);
+      CHECK_THAT(
+          error_of<masque::ConfigError>([&] { model->forward(batch); }),
+          Contains(head ? "no tensor 'cls.predictions.transform.dense.weight'" : "mlm_head"));
+    }
+    // A head that is there but incomplete is still an error naming the tensor.
+    TensorMap partial = tensors;
+    partial.erase("cls.predictions.transform.LayerNorm.weight");
+    CHECK_THAT(load_error(make_folder("bert_partial_head", config, partial)),
+               Contains("cls.predictions.transform.LayerNorm.weight"));
   }
 }
 

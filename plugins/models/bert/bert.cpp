@@ -79,7 +79,12 @@ TransformerSpec read_spec(const JsonConfig& config, const SafeTensors& st, bool 
   e.token_types = {p + "embeddings.token_type_embeddings.weight", {types, h}};
   e.norm = norm(NormKind::layer_norm, p + "embeddings.LayerNorm", h, eps);
   models::add_bert_layers(s, p, {h, layers, heads, inner, act, eps});
-  if (with_head && models::is_sequence_classifier(config))
+  const bool classifier = models::is_sequence_classifier(config);
+  if (with_head &&
+      models::lacks_head(
+          st, classifier ? "classifier.weight" : "cls.predictions.transform.dense.weight", s.head))
+    return s;
+  if (with_head && classifier)
     s.head = models::pooler_classifier_head(config, p, h);
   else if (with_head)
     s.head = bert_mlm_head(config, st, e.tokens, {h, layers, heads, inner, act, eps});
@@ -112,8 +117,9 @@ const masque::ParamSpec kParams[] = {
      .type = masque::ParamType::boolean,
      .default_value = "true",
      .help = "load the output head and compute logits: the masked-LM head (cls.predictions), "
-             "or pooler + classifier for a BertForSequenceClassification folder; false loads the "
-             "encoder only (e.g. a BertModel checkpoint) for hidden states"},
+             "or pooler + classifier for a BertForSequenceClassification folder; a folder "
+             "without one (BertModel, sentence-transformers) loads as the encoder alone either "
+             "way; false never loads it"},
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
     masque::models::kInitSeedParam,

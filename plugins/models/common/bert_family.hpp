@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "masque/safetensors.hpp"
 #include "masque/transformer/spec.hpp"
 
 namespace masque::models {
@@ -71,6 +72,17 @@ inline transformer::HeadSpec mlm_head(const std::string& dense, const std::strin
   head.output.weight = output;
   head.output.bias = {bias, {output.shape[0]}};
   return head;
+}
+
+// True when a checkpoint lacks its head's first tensor: an encoder alone (a *Model class, a
+// sentence-transformers folder), loaded without a head, which a task asking for logits is told
+// of by that tensor's name. A fresh model (no checkpoint) has its head.
+inline bool lacks_head(const SafeTensors& st, const std::string& first_tensor,
+                       transformer::HeadSpec& head) {
+  if (st.size() == 0 || st.contains(first_tensor)) return false;
+  head.absent_reason = "no tensor '" + first_tensor + "' in " + st.path().filename().string() +
+                       ": an encoder-only checkpoint";
+  return true;
 }
 
 }  // namespace masque::models

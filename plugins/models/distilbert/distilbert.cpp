@@ -64,7 +64,11 @@ TransformerSpec read_spec(const JsonConfig& config, const SafeTensors& st, bool 
                            .ffn_in = "ffn.lin1",
                            .ffn_out = "ffn.lin2",
                            .ffn_norm = "output_layer_norm"});
-  if (with_head && models::is_sequence_classifier(config)) {
+  const bool classifier = models::is_sequence_classifier(config);
+  if (with_head && models::lacks_head(
+                       st, classifier ? "pre_classifier.weight" : "vocab_transform.weight", s.head))
+    return s;
+  if (with_head && classifier) {
     s.head.transform = linear("pre_classifier", h, h, true);
     s.head.transform_activation = Activation::relu;
     s.head.output = linear("classifier", models::num_labels(config), h, true);
@@ -104,8 +108,9 @@ const masque::ParamSpec kParams[] = {
      .type = masque::ParamType::boolean,
      .default_value = "true",
      .help = "load the output head: the masked-LM head (vocab_transform, vocab_projector), or "
-             "the classifier for a DistilBertForSequenceClassification folder; false loads the "
-             "encoder only (a DistilBertModel or sentence-embedding checkpoint)"},
+             "the classifier for a DistilBertForSequenceClassification folder; a folder without "
+             "one (DistilBertModel, sentence-transformers) loads as the encoder alone either "
+             "way; false never loads it"},
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
     masque::models::kInitSeedParam,

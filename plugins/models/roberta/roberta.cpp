@@ -70,7 +70,11 @@ TransformerSpec read_spec(const JsonConfig& config, const SafeTensors& st, bool 
   e.token_types = {p + "embeddings.token_type_embeddings.weight", {types, h}};
   e.norm = norm(NormKind::layer_norm, p + "embeddings.LayerNorm", h, shape.eps);
   models::add_bert_layers(s, p, shape);
-  if (with_head && models::is_sequence_classifier(config)) {
+  const bool classifier = models::is_sequence_classifier(config);
+  if (with_head && models::lacks_head(
+                       st, classifier ? "classifier.dense.weight" : "lm_head.dense.weight", s.head))
+    return s;
+  if (with_head && classifier) {
     s.head.transform = linear("classifier.dense", h, h, true);
     s.head.transform_activation = Activation::tanh;
     s.head.output = linear("classifier.out_proj", models::num_labels(config), h, true);
@@ -109,8 +113,8 @@ const masque::ParamSpec kParams[] = {
      .type = masque::ParamType::boolean,
      .default_value = "true",
      .help = "load the output head: the masked-LM head (lm_head), or the classifier for a "
-             "*ForSequenceClassification folder; false loads the encoder only (a RobertaModel "
-             "or sentence-embedding checkpoint) for hidden states"},
+             "*ForSequenceClassification folder; a folder without one (RobertaModel, "
+             "sentence-transformers) loads as the encoder alone either way; false never loads it"},
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
     masque::models::kInitSeedParam,
