@@ -11,6 +11,7 @@
 #include "masque/error.hpp"
 #include "masque/folder_match.hpp"
 #include "masque/tokenizer_files.hpp"
+#include "sentence_transformers.hpp"
 
 namespace masque {
 
@@ -245,8 +246,11 @@ std::string folder_pipeline_yaml(const FolderRequest& request, const Registry& r
                                  const std::vector<TaskSpec>& tasks) {
   const TaskSpec& task = find_task(request.task, tasks);
   const fs::path dir = fs::absolute(request.model_dir).lexically_normal();
+  // A sentence-transformers folder's pooling and normalization are the embed task's settings.
+  const std::string settings = task.name == "embed" ? sentence_transformers_settings(dir) : "";
   std::string yaml =
-      "# built from the model folder " + dir.string() + "\ntask: " + task.name + "\n";
+      "# built from the model folder " + dir.string() + "\ntask: " +
+      (settings.empty() ? task.name + "\n" : "\n  name: " + task.name + "\n" + settings);
   if (uses_section(task, "model")) {
     const PluginEntry& model = model_plugin_for(dir, registry);
     yaml += "model:\n  plugin: " + std::string(model.descriptor->name) +

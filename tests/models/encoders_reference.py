@@ -182,7 +182,44 @@ def main():
                 row["labels"] = linear(w, n["cls_out"], t).tolist()
             rows.append(row)
         reference[name] = {"sequences": rows}
+        if name == "xlmr-model":
+            reference.update(sentence_folders(out, folder, rows))
     (out / "reference.json").write_text(json.dumps(reference))
+
+
+def sentence_folders(out, model, rows):
+    """sentence-transformers folders over the XLMRobertaModel: modules.json with a Transformer,
+    a Pooling (1_Pooling/config.json) and maybe a Normalize module, as SentenceTransformer saves
+    them, and what encode() gives: Pooling's mean (sum over the attention mask / its count) or
+    max, then F.normalize. A vocab.txt lets `masque run --model` build a pipeline (ids in)."""
+    refs = {}
+    for name, mode, normalize in (("xlmr-sentence-mean", "mean", True),
+                                  ("xlmr-sentence-max", "max", False)):
+        folder = out / name
+        (folder / "1_Pooling").mkdir(parents=True, exist_ok=True)
+        for f in ("config.json", "model.safetensors"):
+            (folder / f).write_bytes((model / f).read_bytes())
+        (folder / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n" + "".join(f"[unused{i}]\n" for i in range(VOCAB - 5)))
+        modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                   {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+        if normalize:
+            modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                            "type": "sentence_transformers.models.Normalize"})
+        (folder / "modules.json").write_text(json.dumps(modules, indent=1))
+        pooling = {"word_embedding_dimension": H, "pooling_mode_cls_token": False,
+                   "pooling_mode_mean_tokens": mode == "mean", "pooling_mode_max_tokens": mode == "max",
+                   "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
+                   "pooling_mode_lasttoken": False, "include_prompt": True}
+        (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=1))
+        vectors = []
+        for row in rows:
+            h = torch.tensor(row["hidden"], dtype=torch.float64)
+            v = h.mean(0) if mode == "mean" else h.max(0).values
+            if normalize:
+                v = torch.nn.functional.normalize(v, p=2, dim=0)
+            vectors.append({"ids": row["ids"], "embedding": v.tolist()})
+        refs[name] = {"sequences": vectors}
+    return refs
 
 
 if __name__ == "__main__":

@@ -126,3 +126,34 @@ TEST_CASE("roberta and distilbert: classifier folders' labels match the referenc
     }
   }
 }
+
+TEST_CASE("sentence-transformers folders: masque run --task embed gives what encode() gives",
+          "[roberta][embed]") {
+  for (const std::string name : {"xlmr-sentence-mean", "xlmr-sentence-max"}) {
+    DYNAMIC_SECTION(name) {
+      const json& variant = reference()[name];
+      std::string ids;
+      for (const auto& s : variant["sequences"]) {
+        for (const auto& id : s["ids"]) ids += std::to_string(id.get<int>()) + " ";
+        ids += "\n";
+      }
+      // The folder's modules.json (Pooling, Normalize) sets the task: nothing given here.
+      const RunResult r = run_masque({"run", "--task", "embed", "--model",
+                                      (kFixture / name).string(), "--input-format", "ids"},
+                                     ids);
+      INFO(r.err);
+      REQUIRE(r.exit_code == 0);
+      const auto out = parse_jsonl(r.out);
+      REQUIRE(out.size() == variant["sequences"].size());
+      double worst = 0;
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        const auto got = out[i]["embedding"].get<std::vector<double>>();
+        const auto want = variant["sequences"][i]["embedding"].get<std::vector<double>>();
+        REQUIRE(got.size() == want.size());
+        for (std::size_t k = 0; k < got.size(); ++k)
+          worst = std::max(worst, std::abs(got[k] - want[k]));
+      }
+      CHECK(worst < 1e-5);
+    }
+  }
+}

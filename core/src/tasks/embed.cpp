@@ -93,7 +93,7 @@ class EmbedTask final : public Task {
       for (std::size_t i = 0; i < items.size(); ++i) {
         const std::uint64_t id = items[i]->record.id;
         const std::vector<float> v =
-            pool(out.hidden, first_row[i], first_row[i + 1] - first_row[i], normalize_);
+            pool(out.hidden, first_row[i], first_row[i + 1] - first_row[i], normalize_, pooling_);
         Result r;
         r.id = id;
         r.object["id"] = id;
@@ -133,17 +133,18 @@ const TaskRegistration registration({
     .spec =
         {.name = "embed",
          .description =
-             "a vector per record from the model's final hidden states (first token, mean "
-             "over the record's tokens or last token; optionally L2-normalised), as JSON "
+             "a vector per record from the model's final hidden states (first token, mean or "
+             "maximum over the record's tokens, or last token; optionally L2-normalised), as JSON "
              "lines {id, tokens, embedding} or as the rows of a .npy matrix in input order",
          .params = {{.name = "pooling",
                      .type = ParamType::string,
                      .default_value = "auto",
                      .help = "which hidden states make the vector: cls (the first token's), "
-                             "mean (over the record's tokens, pads excluded), last (the last "
-                             "token's); auto: cls for encoder-only, last for decoder-only "
-                             "models",
-                     .choices = "auto|cls|mean|last"},
+                             "mean (over the record's tokens, pads excluded), max (their "
+                             "element-wise maximum), last (the last token's); auto: cls for "
+                             "encoder-only, last for decoder-only models (--model DIR with a "
+                             "sentence-transformers folder: its 1_Pooling)",
+                     .choices = "auto|cls|mean|max|last"},
                     {.name = "normalize",
                      .type = ParamType::boolean,
                      .default_value = "false",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "masque/error.hpp"
 
@@ -11,8 +12,9 @@ Pooling parse_pooling(const std::string& name, ModelKind kind) {
   if (name == "cls") return Pooling::cls;
   if (name == "mean") return Pooling::mean;
   if (name == "last") return Pooling::last;
+  if (name == "max") return Pooling::max;
   if (name == "auto") return kind == ModelKind::encoder_only ? Pooling::cls : Pooling::last;
-  throw ConfigError("task.pooling: expected auto, cls, mean or last, got '" + name + "'");
+  throw ConfigError("task.pooling: expected auto, cls, mean, max or last, got '" + name + "'");
 }
 
 const char* to_string(Pooling pooling) {
@@ -23,6 +25,8 @@ const char* to_string(Pooling pooling) {
       return "mean";
     case Pooling::last:
       return "last";
+    case Pooling::max:
+      return "max";
   }
   return "?";
 }
@@ -34,6 +38,7 @@ std::vector<std::int32_t> pooled_rows(Pooling pooling, std::int32_t length) {
     case Pooling::last:
       return {length - 1};
     case Pooling::mean:
+    case Pooling::max:
       break;
   }
   std::vector<std::int32_t> rows(static_cast<std::size_t>(length));
@@ -41,14 +46,17 @@ std::vector<std::int32_t> pooled_rows(Pooling pooling, std::int32_t length) {
   return rows;
 }
 
-std::vector<float> pool(const Tensor& hidden, std::size_t first, std::size_t rows, bool normalize) {
+std::vector<float> pool(const Tensor& hidden, std::size_t first, std::size_t rows, bool normalize,
+                        Pooling pooling) {
   const auto width = static_cast<std::size_t>(hidden.dim(-1));
-  std::vector<double> sum(width, 0.0);
+  const bool max = pooling == Pooling::max;
+  std::vector<double> sum(width, max ? -std::numeric_limits<double>::infinity() : 0.0);
   for (std::size_t r = first; r < first + rows; ++r) {
     const float* h = hidden.f32() + r * width;
-    for (std::size_t i = 0; i < width; ++i) sum[i] += h[i];
+    for (std::size_t i = 0; i < width; ++i)
+      sum[i] = max ? std::max(sum[i], double{h[i]}) : sum[i] + h[i];
   }
-  double scale = rows > 0 ? 1.0 / static_cast<double>(rows) : 0.0;
+  double scale = rows > 0 ? (max ? 1.0 : 1.0 / static_cast<double>(rows)) : 0.0;
   if (normalize) {
     double norm = 0.0;
     for (double v : sum) norm += v * v;

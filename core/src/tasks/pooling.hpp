@@ -16,6 +16,7 @@ enum class Pooling : std::uint8_t {
   cls,   // the first token's state ([CLS] of BERT-like encoders)
   mean,  // the mean over the record's tokens (pads excluded)
   last,  // the last token's state (the one token of a causal model that saw the whole record)
+  max,   // the element-wise maximum over the record's tokens (sentence-transformers' max)
 };
 
 // "auto" picks cls for encoder-only and last for decoder-only models. ConfigError otherwise.
@@ -25,8 +26,10 @@ const char* to_string(Pooling pooling);
 // The rows of a record of `length` tokens that `pooling` reads, relative to its first token.
 std::vector<std::int32_t> pooled_rows(Pooling pooling, std::int32_t length);
 
-// Pools `rows` consecutive rows of `hidden` starting at `first` (what pooled_rows asked for),
-// in double, then L2-normalises the result when `normalize` (a zero vector stays zero).
-std::vector<float> pool(const Tensor& hidden, std::size_t first, std::size_t rows, bool normalize);
+// Pools `rows` consecutive rows of `hidden` starting at `first` (what pooled_rows asked for):
+// their mean in double (one row: that row), or with Pooling::max their element-wise maximum;
+// then L2-normalises the result when `normalize` (a zero vector stays zero).
+std::vector<float> pool(const Tensor& hidden, std::size_t first, std::size_t rows, bool normalize,
+                        Pooling pooling = Pooling::mean);
 
 }  // namespace masque

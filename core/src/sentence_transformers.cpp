@@ -1,0 +1,77 @@
+#include "sentence_transformers.hpp"
+
+#include <fstream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "masque/error.hpp"
+
+namespace masque {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+json read_json(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw ConfigError(file.string() + ": cannot read it");
+  try {
+    return json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw ConfigError(file.string() + ": not JSON: " + e.what());
+  }
+}
+
+// 1_Pooling/config.json: the one pooling mode it turns on.
+std::string pooling_mode(const fs::path& file) {
+  const json config = read_json(file);
+  static const std::pair<const char*, const char*> kModes[] = {
+      {"pooling_mode_cls_token", "cls"},         {"pooling_mode_mean_tokens", "mean"},
+      {"pooling_mode_max_tokens", "max"},        {"pooling_mode_lasttoken", "last"},
+      {"pooling_mode_mean_sqrt_len_tokens", ""}, {"pooling_mode_weightedmean_tokens", ""}};
+  std::vector<std::string> on;
+  for (const auto& [key, mode] : kModes) {
+    if (!config.value(key, false)) continue;
+    if (*mode == '\0')
+      throw ConfigError(file.string() + ": " + key +
+                        ": not a pooling mode masque has (cls, mean, " + "max, last)");
+    on.emplace_back(mode);
+  }
+  if (on.size() != 1)
+    throw ConfigError(file.string() + ": expected exactly one pooling_mode_* set to true, found " +
+                      std::to_string(on.size()) + " (masque pools one way per run)");
+  return on.front();
+}
+
+}  // namespace
+
+std::string sentence_transformers_settings(const fs::path& dir) {
+  const fs::path file = dir / "modules.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) return "";
+  const json modules = read_json(file);
+  if (!modules.is_array()) throw ConfigError(file.string() + ": expected a list of modules");
+  std::string yaml;
+  for (const json& m : modules) {
+    const std::string type = m.value("type", "");
+    const std::string path = m.value("path", "");
+    const std::string name = type.substr(type.rfind('.') + 1);
+    if (name == "Transformer") {
+      if (!path.empty())
+        throw ConfigError(file.string() + ": a Transformer module in '" + path +
+                          "': masque reads the model from the folder itself");
+    } else if (name == "Pooling") {
+      yaml += "  pooling: " + pooling_mode(dir / path / "config.json") + "\n";
+    } else if (name == "Normalize") {
+      yaml += "  normalize: true\n";
+    } else {
+      throw ConfigError(file.string() + ": the module '" + type + "' (" + path +
+                        ") is not one masque runs (Transformer, Pooling, Normalize)");
+    }
+  }
+  return yaml;
+}
+
+}  // namespace masque
