@@ -75,7 +75,25 @@ VARIANTS = {
     "qwen3": {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
               "tie_word_embeddings": False, "head_dim": 16, "attention_bias": False,
               "use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1},
+    # Phi-3 (modeling_phi3.py): q|k|v in one qkv_proj, gate|up in one gate_up_proj (gate first:
+    # gate, up = gate_up.chunk(2)), the network Llama's, a window in every layer, no biases.
+    "phi3": {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"],
+             "tie_word_embeddings": False, "sliding_window": 4, "attention_bias": False},
 }
+
+
+def checkpoint_tensors(config, w):
+    """The tensors as the family's checkpoints store them: Phi-3 fuses q|k|v and gate|up."""
+    if config["model_type"] != "phi3":
+        return w
+    out = dict(w)
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out[p + "self_attn.qkv_proj.weight"] = torch.cat(
+            [out.pop(p + f"self_attn.{n}_proj.weight") for n in ("q", "k", "v")])
+        out[p + "mlp.gate_up_proj.weight"] = torch.cat(
+            [out.pop(p + "mlp.gate_proj.weight"), out.pop(p + "mlp.up_proj.weight")])
+    return out
 
 
 def head_dim(config):
@@ -136,8 +154,8 @@ def rotate_half(x):
 
 def layer_windows(config):
     """Qwen2Config.layer_types: sliding_attention for layers >= max_window_layers (with
-    use_sliding_window); a llama config's sliding_window: every layer."""
-    if config["model_type"] in ("llama", "mistral"):
+    use_sliding_window); a llama, mistral or phi3 config's sliding_window: every layer."""
+    if config["model_type"] in ("llama", "mistral", "phi3"):
         return [config.get("sliding_window")] * config["num_hidden_layers"]
     window = config["sliding_window"] if config["use_sliding_window"] else None
     return [window if window is not None and i >= config["max_window_layers"] else None
@@ -250,7 +268,7 @@ def main():
         folder = out / name
         folder.mkdir(exist_ok=True)
         (folder / "config.json").write_text(json.dumps(config, indent=2))
-        write_safetensors(folder / "model.safetensors", w)
+        write_safetensors(folder / "model.safetensors", checkpoint_tensors(config, w))
         g = torch.Generator().manual_seed(99 + n)
         sequences = []
         for length in (1, 3, 4, 5, 9, 12):

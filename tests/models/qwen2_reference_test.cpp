@@ -1,5 +1,5 @@
-// The qwen2, qwen3 and mistral plugins (and llama with a Mistral-style sliding_window, and with
-// Llama 3.1's and linear rope_scaling) against float64 references from a plain-torch Qwen2
+// The qwen2, qwen3, mistral and phi3 plugins (and llama with a Mistral-style sliding_window, and
+// with Llama 3.1's and linear rope_scaling) against float64 references from a plain-torch Qwen2
 // (qwen2_reference.py, run by the models_qwen2_fixture test): logits of single and batched
 // sequences, the sliding window of the config and of the windowed-causal mask strategy, greedy
 // decoding, and KV-cached steps against full forwards.
@@ -58,14 +58,15 @@ TEST_CASE("qwen2: logits match the float64 reference, alone and right-padded in 
           "[qwen2]") {
   const ThreadScope one(1);
   for (const char* name : {"qwen2-tied", "qwen2-window", "llama-window", "mistral", "llama3-rope",
-                           "llama-linear-rope", "qwen3"}) {
+                           "llama-linear-rope", "qwen3", "phi3"}) {
     DYNAMIC_SECTION(name) {
       const json& variant = reference()[name];
       auto model = load_model(variant["plugin"].get<std::string>(), kFixture / name);
       CHECK(model->info().architecture == variant["plugin"].get<std::string>());
       // A sliding_window counts for qwen2 only with use_sliding_window; for llama always.
       const bool windowed = std::string(name).find("window") != std::string::npos ||
-                            std::string(name) == "mistral" || std::string(name) == "qwen3";
+                            std::string(name) == "mistral" || std::string(name) == "qwen3" ||
+                            std::string(name) == "phi3";
       CHECK(model->info().sliding_window == (windowed ? 4 : 0));
       auto causal = load_mask("causal");
       const auto rows = sequences(variant);
@@ -90,7 +91,8 @@ TEST_CASE("qwen2: the windowed-causal mask strategy matches the reference's wind
           "[qwen2][windowed-causal]") {
   const ThreadScope one(1);
   auto mask = load_mask("windowed-causal", window_params(3));
-  for (const char* name : {"qwen2-tied", "qwen2-window", "llama-window", "mistral", "qwen3"}) {
+  for (const char* name :
+       {"qwen2-tied", "qwen2-window", "llama-window", "mistral", "qwen3", "phi3"}) {
     DYNAMIC_SECTION(name) {
       const json& variant = reference()[name];
       auto model = load_model(variant["plugin"].get<std::string>(), kFixture / name);
@@ -115,7 +117,7 @@ TEST_CASE(
   auto causal = load_mask("causal");
   auto windowed = load_mask("windowed-causal", window_params(3));
   for (const char* name :
-       {"qwen2-tied", "qwen2-window", "llama-window", "mistral", "llama3-rope", "qwen3"}) {
+       {"qwen2-tied", "qwen2-window", "llama-window", "mistral", "llama3-rope", "qwen3", "phi3"}) {
     for (const MaskStrategy* mask : {causal.get(), windowed.get()}) {
       const bool window3 = mask == windowed.get();
       DYNAMIC_SECTION(name << (window3 ? " under windowed-causal 3" : " under causal")) {

@@ -482,6 +482,8 @@ class TMlp {
   TMlp() = default;
   TMlp(const MlpSpec& spec, ParameterSet& params, DType compute)
       : kind_(spec.kind), activation_(spec.activation), out_(spec.out, params, compute) {
+    if (spec.kind == MlpKind::gated && spec.in.size() != 2)
+      throw ConfigError("training: a fused gate|up projection (Phi-3) is not trainable yet");
     for (const LinearSpec& l : spec.in) in_.emplace_back(l, params, compute);
   }
 

@@ -31,8 +31,11 @@ Mlp::Mlp(const MlpSpec& spec, const WeightReader& weights)
       // A plain MLP's activation is fused into its first matmul.
       in_(weights.fused(spec.in, spec.kind == MlpKind::plain ? spec.activation : Activation::none)),
       out_(weights.linear(spec.out)) {
-  if (spec.in.size() != (spec.kind == MlpKind::plain ? 1u : 2u))
-    throw ConfigError("mlp: a plain MLP has one input projection, a gated one two (gate, up)");
+  // A gated MLP's gate and up are fused into one matmul anyway: two tensors, or one [gate|up]
+  // as the checkpoint stores it (Phi-3's gate_up_proj).
+  if (spec.kind == MlpKind::plain ? spec.in.size() != 1 : spec.in.empty() || spec.in.size() > 2)
+    throw ConfigError(
+        "mlp: a plain MLP has one input projection, a gated one two (gate, up) or one fused");
 }
 
 void Mlp::forward(const Tensor& h, Workspace& ws, Tensor& y) const {

@@ -1,4 +1,4 @@
-// The Llama family's network (Llama, Qwen2, Qwen3; Mistral-style sliding windows): RMSNorm
+// The Llama family's network (Llama, Qwen2, Qwen3, Phi-3; Mistral-style sliding windows): RMSNorm
 // pre-norm blocks, rotary positions (rotate_half), grouped-query attention (Qwen3: q and k
 // normed per head first), a SwiGLU MLP. A plugin reads what its config says about biases, q/k
 // norms and sliding windows into LlamaFamily; the rest is read here.
@@ -21,7 +21,8 @@ struct LlamaFamily {
   const char* architecture;
   std::int64_t default_positions;  // max_position_embeddings when absent
   bool qkv_bias = false, o_bias = false, mlp_bias = false;
-  bool qk_norm = false;               // Qwen3: self_attn.q_norm / k_norm, per head
+  bool qk_norm = false;  // Qwen3: self_attn.q_norm / k_norm, per head
+  bool fused = false;    // Phi-3: one self_attn.qkv_proj [q|k|v] and one mlp.gate_up_proj [gate|up]
   std::vector<std::int32_t> windows;  // per layer, 0 = full attention (empty: all full)
 };
 
@@ -119,26 +120,35 @@ inline transformer::TransformerSpec llama_family_spec(const JsonConfig& config,
     const std::string p = prefix + "layers." + std::to_string(l) + ".";
     BlockSpec& b = s.decoder.blocks.emplace_back();
     b.attention_norm = norm(NormKind::rms_norm, p + "input_layernorm", c, eps);
-    b.attention = {.heads = heads,
-                   .kv_heads = kv_heads,
-                   .head_dim = head_dim,
-                   .scale = 1.0f / std::sqrt(static_cast<float>(head_dim)),
-                   .projections = {linear(p + "self_attn.q_proj", q, c, family.qkv_bias),
-                                   linear(p + "self_attn.k_proj", kv, c, family.qkv_bias),
-                                   linear(p + "self_attn.v_proj", kv, c, family.qkv_bias)},
-                   .output = linear(p + "self_attn.o_proj", c, q, family.o_bias),
-                   .rotary = true,
-                   .window = family.windows.empty() ? 0 : family.windows[l]};
+    b.attention = {
+        .heads = heads,
+        .kv_heads = kv_heads,
+        .head_dim = head_dim,
+        .scale = 1.0f / std::sqrt(static_cast<float>(head_dim)),
+        .projections =
+            family.fused
+                ? std::vector<LinearSpec>{linear(p + "self_attn.qkv_proj", q + 2 * kv, c,
+                                                 family.qkv_bias)}
+                : std::vector<LinearSpec>{linear(p + "self_attn.q_proj", q, c, family.qkv_bias),
+                                          linear(p + "self_attn.k_proj", kv, c, family.qkv_bias),
+                                          linear(p + "self_attn.v_proj", kv, c, family.qkv_bias)},
+        .output = linear(p + "self_attn.o_proj", c, q, family.o_bias),
+        .rotary = true,
+        .window = family.windows.empty() ? 0 : family.windows[l]};
     if (family.qk_norm) {
       b.attention.q_norm = norm(NormKind::rms_norm, p + "self_attn.q_norm", head_dim, eps);
       b.attention.k_norm = norm(NormKind::rms_norm, p + "self_attn.k_norm", head_dim, eps);
     }
     b.mlp_norm = norm(NormKind::rms_norm, p + "post_attention_layernorm", c, eps);
-    b.mlp = {.kind = MlpKind::gated,
-             .activation = Activation::silu,
-             .in = {linear(p + "mlp.gate_proj", inner, c, family.mlp_bias),
-                    linear(p + "mlp.up_proj", inner, c, family.mlp_bias)},
-             .out = linear(p + "mlp.down_proj", c, inner, family.mlp_bias)};
+    b.mlp = {
+        .kind = MlpKind::gated,
+        .activation = Activation::silu,
+        .in = family.fused
+                  ? std::vector<LinearSpec>{linear(p + "mlp.gate_up_proj", 2 * std::int64_t{inner},
+                                                   c, family.mlp_bias)}
+                  : std::vector<LinearSpec>{linear(p + "mlp.gate_proj", inner, c, family.mlp_bias),
+                                            linear(p + "mlp.up_proj", inner, c, family.mlp_bias)},
+        .out = linear(p + "mlp.down_proj", c, inner, family.mlp_bias)};
   }
   s.decoder.final_norm = norm(NormKind::rms_norm, prefix + "norm", c, eps);
   if (is_sequence_classifier(config))
