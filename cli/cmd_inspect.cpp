@@ -34,7 +34,8 @@ const char* kHelp = R"(Usage: masque inspect DIR [--tokenizer DIR] [--matmul-dty
 
 Describes a model folder: its architecture (config.json), the model plugin that serves it, the
 parameter count, the tensors' dtypes and total size, the vocabulary size, the maximum number of
-positions, the special tokens, the tokenizer its files name, the tasks it can run with
+positions, the special tokens, the tokenizer its files name, the output head it holds (the
+vocabulary's logits, a classifier's labels, or none: an encoder alone), the tasks it can run with
 `masque run --task TASK --model DIR` (and why the others cannot: unavailable_tasks), and the
 type each linear layer's matmul runs in when the model is loaded with
 `model.matmul_dtype=TYPE` (int8 keeps narrow layers f32; --json lists them). The model is
@@ -214,6 +215,20 @@ json tasks_json(const fs::path& dir, const fs::path& tokenizer_dir, std::unique_
   return tasks;
 }
 
+// The output head the folder holds: the vocabulary's logits (an LM or MLM head), a
+// classifier's labels (*ForSequenceClassification), or none (an encoder alone: hidden states).
+json head_json(const Model& model, const FolderArchitecture& architecture) {
+  std::int64_t outputs = -1;
+  for (const auto& [name, linear] : model.linear_layers())
+    if (name == "head.output") outputs = linear->out_features();
+  if (outputs < 0 && model.linear_layers().empty()) return nullptr;  // not a Transformer tier
+  bool labels = false;
+  for (const std::string& a : architecture.architectures)
+    labels = labels || a.find("ForSequenceClassification") != std::string::npos;
+  if (outputs < 0) return {{"kind", "none"}};
+  return {{"kind", labels ? "labels" : "vocabulary"}, {"outputs", outputs}};
+}
+
 json inspect(const fs::path& dir, const fs::path& tokenizer_dir, const std::string& matmul_dtype,
              Registry& registry) {
   const FolderArchitecture architecture = read_architecture(dir);
@@ -262,6 +277,7 @@ json inspect(const fs::path& dir, const fs::path& tokenizer_dir, const std::stri
   const json matmuls =
       matmuls_json(static_cast<Model&>(*created), matmul_dtype.empty() ? "auto" : matmul_dtype);
   if (!matmuls.is_null()) j["matmuls"] = matmuls;
+  j["head"] = head_json(static_cast<Model&>(*created), architecture);
   return j;
 }
 
@@ -322,6 +338,16 @@ void print_text(const json& j) {
                     ? (", target " + t["target_files"].get<std::string>()).c_str()
                     : "",
                 t["vocab_size"].get<int>());
+  if (j.contains("head") && !j["head"].is_null()) {
+    const json& h = j["head"];
+    const std::string kind = h["kind"];
+    std::printf(
+        "head            %s\n",
+        kind == "none" ? "none: the encoder alone (hidden states: embed)"
+        : kind == "labels"
+            ? (std::to_string(h["outputs"].get<int>()) + " labels (classify)").c_str()
+            : ("the vocabulary's " + std::to_string(h["outputs"].get<int>()) + " logits").c_str());
+  }
   std::printf("tasks           %s\n", j["tasks"].empty() ? "(none)" : join(j["tasks"]).c_str());
   // Tasks that cannot run for the same reason (a folder without a tokenizer: all of them) share
   // a line.
