@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "masque/params.hpp"
 #include "masque/plugin.hpp"
 #include "masque/tokenizer.hpp"
 
@@ -52,6 +53,30 @@ BOOST_SYMBOL_VISIBLE std::shared_ptr<const TokenConstraint> grammar_constraint(
     std::span<const TokenId> end_tokens, std::size_t cache_mib = 256);
 // Parses and checks a GBNF grammar without binding it (a plugin validates its parameters).
 BOOST_SYMBOL_VISIBLE void check_grammar(std::string_view gbnf, const std::string& source);
+
+// A Constraint whose bind() is grammar_constraint(gbnf, source, ...): what a grammar plugin
+// returns from its factory, once it has its GBNF (checked here: ConfigError when it is bad).
+BOOST_SYMBOL_VISIBLE Constraint* grammar_constraint_plugin(std::string gbnf, std::string source,
+                                                           std::size_t cache_mib);
+
+// The grammar plugins' `cache_mib` parameter.
+inline constexpr ParamSpec kConstraintCacheParam{
+    .name = "cache_mib",
+    .type = ParamType::integer,
+    .default_value = "256",
+    .help = "MiB of token masks kept (one per grammar state met); past it they are recomputed",
+    .min = 1,
+    .max = 65536};
+
+// A constraint plugin's text, given inline in parameter `inline_key` or as the file of the
+// parameter `file`, and the name its errors give (the file, or "constraint.KEY"). ConfigError
+// naming `what` when both or neither are given, or the file cannot be read.
+struct ConstraintText {
+  std::string text, source;
+};
+BOOST_SYMBOL_VISIBLE ConstraintText constraint_text(const Params& params,
+                                                    const std::string& inline_key,
+                                                    const std::string& what);
 // GBNF for the compact JSON documents a schema (the subset of docs/instruct.md) allows;
 // ConfigError naming `source` and the keyword's JSON pointer for what the subset lacks.
 BOOST_SYMBOL_VISIBLE std::string json_schema_grammar(std::string_view schema_json,

@@ -3,14 +3,17 @@
 // left as soon as the grammar rejects its prefix), cached per state.
 #include <algorithm>
 #include <cctype>
+#include <fstream>
 #include <limits>
 #include <mutex>
+#include <sstream>
 #include <unordered_map>
 
 #include "grammar/gbnf.hpp"
 #include "grammar/grammar_matcher.hpp"
 #include "masque/constraint.hpp"
 #include "masque/error.hpp"
+#include "masque/params.hpp"
 
 namespace masque {
 
@@ -302,6 +305,45 @@ std::shared_ptr<const TokenConstraint> grammar_constraint(std::string_view gbnf,
 void check_grammar(std::string_view gbnf, const std::string& source) {
   grammar::GrammarMatcher matcher(grammar::parse_gbnf(gbnf, source));
   (void)matcher;
+}
+
+namespace {
+
+class GrammarConstraintPlugin final : public Constraint {
+ public:
+  GrammarConstraintPlugin(std::string gbnf, std::string source, std::size_t cache_mib)
+      : gbnf_(std::move(gbnf)), source_(std::move(source)), cache_mib_(cache_mib) {
+    check_grammar(gbnf_, source_);
+  }
+  std::shared_ptr<const TokenConstraint> bind(const Tokenizer& tokenizer,
+                                              std::span<const TokenId> end_tokens) const override {
+    return grammar_constraint(gbnf_, source_, tokenizer, end_tokens, cache_mib_);
+  }
+
+ private:
+  std::string gbnf_, source_;
+  std::size_t cache_mib_;
+};
+
+}  // namespace
+
+Constraint* grammar_constraint_plugin(std::string gbnf, std::string source, std::size_t cache_mib) {
+  return new GrammarConstraintPlugin(std::move(gbnf), std::move(source), cache_mib);
+}
+
+ConstraintText constraint_text(const Params& params, const std::string& inline_key,
+                               const std::string& what) {
+  const std::string& inline_text = params.get_string(inline_key);
+  const std::string& file = params.get_string("file");
+  if (inline_text.empty() == file.empty())
+    throw ConfigError("give the " + what + " either inline (constraint." + inline_key +
+                      ") or as a file (constraint.file)");
+  if (!inline_text.empty()) return {inline_text, "constraint." + inline_key};
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw ConfigError(file + ": cannot read the " + what + " file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return {text.str(), file};
 }
 
 }  // namespace masque

@@ -98,14 +98,7 @@ TransformerSpec read_spec(const JsonConfig& config, const SafeTensors& st, bool 
 namespace {
 
 masque::Plugin* create(const masque::Params& params) {
-  using masque::models::first_id;
-  const masque::models::HfFolder folder(params);
-  const masque::transformer::ModelTokens tokens{first_id(folder.config, "bos_token_id", -1),
-                                                first_id(folder.config, "eos_token_id", -1),
-                                                first_id(folder.config, "pad_token_id", -1)};
-  return masque::models::build_model(
-      masque::bert::read_spec(folder.config, folder.weights, params.get_bool("mlm_head")), folder,
-      tokens, params);
+  return masque::models::build_encoder(params, masque::bert::read_spec);
 }
 
 const masque::ParamSpec kParams[] = {
@@ -113,13 +106,11 @@ const masque::ParamSpec kParams[] = {
         "the model folder: config.json and model.safetensors (or a sharded "
         "model.safetensors.index.json) with Hugging Face BertForMaskedLM tensor names, with or "
         "without the `bert.` prefix"),
-    {.name = "mlm_head",
-     .type = masque::ParamType::boolean,
-     .default_value = "true",
-     .help = "load the output head and compute logits: the masked-LM head (cls.predictions), "
-             "or pooler + classifier for a BertForSequenceClassification folder; a folder "
-             "without one (BertModel, sentence-transformers) loads as the encoder alone either "
-             "way; false never loads it"},
+    masque::models::mlm_head_param(
+        "load the output head and compute logits: the masked-LM head (cls.predictions), "
+        "or pooler + classifier for a BertForSequenceClassification folder; a folder "
+        "without one (BertModel, sentence-transformers) loads as the encoder alone either "
+        "way; false never loads it"),
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
     masque::models::kInitSeedParam,

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "hf_plugin.hpp"
 #include "masque/safetensors.hpp"
 #include "masque/transformer/spec.hpp"
 
@@ -83,6 +84,23 @@ inline bool lacks_head(const SafeTensors& st, const std::string& first_tensor,
   head.absent_reason = "no tensor '" + first_tensor + "' in " + st.path().filename().string() +
                        ": an encoder-only checkpoint";
   return true;
+}
+
+// `mlm_head`: whether to load the head a folder holds (`head`: which, in the family's names).
+constexpr ParamSpec mlm_head_param(const char* help) {
+  return {.name = "mlm_head", .type = ParamType::boolean, .default_value = "true", .help = help};
+}
+
+// The model of a BERT-family folder: the family's spec (`read_spec(config, weights, head)`)
+// over the tier, with the config's bos/eos/pad.
+template <typename ReadSpec>
+Plugin* build_encoder(const Params& params, ReadSpec read_spec) {
+  const HfFolder folder(params);
+  const transformer::ModelTokens tokens{first_id(folder.config, "bos_token_id", -1),
+                                        first_id(folder.config, "eos_token_id", -1),
+                                        first_id(folder.config, "pad_token_id", -1)};
+  return build_model(read_spec(folder.config, folder.weights, params.get_bool("mlm_head")), folder,
+                     tokens, params);
 }
 
 }  // namespace masque::models

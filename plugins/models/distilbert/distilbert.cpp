@@ -89,14 +89,7 @@ TransformerSpec read_spec(const JsonConfig& config, const SafeTensors& st, bool 
 namespace {
 
 masque::Plugin* create(const masque::Params& params) {
-  using masque::models::first_id;
-  const masque::models::HfFolder folder(params);
-  const masque::transformer::ModelTokens tokens{first_id(folder.config, "bos_token_id", -1),
-                                                first_id(folder.config, "eos_token_id", -1),
-                                                first_id(folder.config, "pad_token_id", -1)};
-  return masque::models::build_model(
-      masque::distilbert::read_spec(folder.config, folder.weights, params.get_bool("mlm_head")),
-      folder, tokens, params);
+  return masque::models::build_encoder(params, masque::distilbert::read_spec);
 }
 
 const masque::ParamSpec kParams[] = {
@@ -104,13 +97,11 @@ const masque::ParamSpec kParams[] = {
         "the model folder: config.json and model.safetensors (or a sharded "
         "model.safetensors.index.json) with Hugging Face DistilBERT tensor names, with or "
         "without the `distilbert.` prefix"),
-    {.name = "mlm_head",
-     .type = masque::ParamType::boolean,
-     .default_value = "true",
-     .help = "load the output head: the masked-LM head (vocab_transform, vocab_projector), or "
-             "the classifier for a DistilBertForSequenceClassification folder; a folder without "
-             "one (DistilBertModel, sentence-transformers) loads as the encoder alone either "
-             "way; false never loads it"},
+    masque::models::mlm_head_param(
+        "load the output head: the masked-LM head (vocab_transform, vocab_projector), or "
+        "the classifier for a DistilBertForSequenceClassification folder; a folder without "
+        "one (DistilBertModel, sentence-transformers) loads as the encoder alone either "
+        "way; false never loads it"),
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
     masque::models::kInitSeedParam,
