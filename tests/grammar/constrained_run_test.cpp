@@ -99,7 +99,7 @@ TEST_CASE("constraint: a GBNF grammar holds under greedy and sampling and beam s
   // A list of one to three lower-case words, each followed by a comma or the final period.
   write_file(dir / "list.gbnf",
              "# a short list\nroot ::= word (\", \" word){0,2} \".\"\nword ::= [a-z]{1,8}\n");
-  write_file(dir / "in.txt", prompts(60));
+  write_file(dir / "in.txt", prompts(1000));
   const std::regex valid("[a-z]{1,8}(, [a-z]{1,8}){0,2}\\.");
   for (const std::vector<std::string>& decoder :
        {std::vector<std::string>{"decoder.plugin=greedy"},
@@ -115,7 +115,7 @@ TEST_CASE("constraint: a GBNF grammar holds under greedy and sampling and beam s
     INFO(decoder.front() << "\n" << r.err);
     REQUIRE(r.exit_code == 0);
     const auto out = parse_jsonl(r.out);
-    REQUIRE(out.size() == 60);
+    REQUIRE(out.size() == 1000);
     for (const auto& j : out) {
       INFO(j.dump());
       CHECK(std::regex_match(j["text"].get<std::string>(), valid));
