@@ -19,7 +19,7 @@ json read_json(const fs::path& file) {
   if (!in) throw ConfigError(file.string() + ": cannot read it");
   try {
     return json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or a number out of range
     throw ConfigError(file.string() + ": not JSON: " + e.what());
   }
 }
@@ -45,9 +45,22 @@ std::string pooling_mode(const fs::path& file) {
   return on.front();
 }
 
+std::string modules_settings(const fs::path& dir);
+
 }  // namespace
 
 std::string sentence_transformers_settings(const fs::path& dir) {
+  try {
+    return modules_settings(dir);
+  } catch (const json::exception& e) {  // a key of another type than the format's
+    throw ConfigError((dir / "modules.json").string() +
+                      " (or a module's config.json): " + e.what());
+  }
+}
+
+namespace {
+
+std::string modules_settings(const fs::path& dir) {
   const fs::path file = dir / "modules.json";
   std::error_code ec;
   if (!fs::is_regular_file(file, ec)) return "";
@@ -73,5 +86,7 @@ std::string sentence_transformers_settings(const fs::path& dir) {
   }
   return yaml;
 }
+
+}  // namespace
 
 }  // namespace masque

@@ -18,9 +18,17 @@ GrammarMatcher::GrammarMatcher(Grammar grammar) : grammar_(std::move(grammar)) {
   states_.push_back({});  // state 0: dead
   next_.push_back(nullptr);
   std::vector<std::uint32_t> tops;
+  next_stamp();
   for (std::uint32_t start : grammar_.alternatives[grammar_.root])
     expand(continuation(0, start), tops);
   start_ = intern({.stacks = std::move(tops)});
+}
+
+void GrammarMatcher::next_stamp() {
+  if (++stamp_ == 0) {  // wrapped: forget every mark
+    std::fill(seen_.begin(), seen_.end(), 0);
+    stamp_ = 1;
+  }
 }
 
 std::uint32_t GrammarMatcher::node(std::uint32_t parent, std::uint32_t pos) {
@@ -35,6 +43,11 @@ std::uint32_t GrammarMatcher::continuation(std::uint32_t parent, std::uint32_t p
 }
 
 void GrammarMatcher::expand(std::uint32_t top, std::vector<std::uint32_t>& out) {
+  // A frame reached twice in one step expands to the same stacks: once is enough (a chain of
+  // optional items would otherwise be walked once per combination: 2^n).
+  if (top >= seen_.size()) seen_.resize(nodes_.size() + 1024, 0);
+  if (seen_[top] == stamp_) return;
+  seen_[top] = stamp_;
   if (top == 0) {
     out.push_back(0);
     return;
@@ -71,6 +84,7 @@ GrammarMatcher::StateId GrammarMatcher::intern(State state) {
 
 GrammarMatcher::StateId GrammarMatcher::step_code_point(const State& from, char32_t c) {
   State to;
+  next_stamp();
   for (std::uint32_t top : from.stacks) {
     if (top == 0 || !waiting_on(top).matches(c)) continue;
     const Node frame = nodes_[top];

@@ -57,6 +57,7 @@ class GrammarMatcher {
   };
 
   std::uint32_t node(std::uint32_t parent, std::uint32_t pos);
+  void next_stamp();  // a new expansion pass: seen_ marks from earlier ones no longer count
   // The frame that continues at `pos` over `parent`: none when `pos` ends its alternative
   // (so right recursion keeps stacks flat).
   std::uint32_t continuation(std::uint32_t parent, std::uint32_t pos);
@@ -77,6 +78,8 @@ class GrammarMatcher {
   static constexpr StateId kUnknown = 0xFFFFFFFFu;
   std::vector<std::unique_ptr<std::array<StateId, 256>>> next_;  // memoized steps, per state
   StateId start_ = kDead;
+  std::vector<std::uint32_t> seen_;  // per node: the stamp of the step that last expanded it
+  std::uint32_t stamp_ = 0;
 };
 
 }  // namespace masque::grammar

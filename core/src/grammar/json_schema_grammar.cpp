@@ -11,10 +11,14 @@ std::string json_schema_grammar(std::string_view schema_json, const std::string&
   nlohmann::ordered_json schema;
   try {
     schema = nlohmann::ordered_json::parse(schema_json);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or a number out of range
     throw ConfigError(source + ": not JSON: " + e.what());
   }
-  return grammar::schema_to_gbnf(schema, source);
+  try {
+    return grammar::schema_to_gbnf(schema, source);
+  } catch (const nlohmann::json::exception& e) {  // a value of a type the compiler did not check
+    throw ConfigError(source + ": " + e.what());
+  }
 }
 
 }  // namespace masque
