@@ -44,6 +44,8 @@ struct AttentionDims {
   std::int32_t kv_heads = 0;  // key/value heads Hkv (divides H)
   std::int32_t head_dim = 0;  // d: head h uses features [h*d, (h+1)*d)
   float scale = 1.0f;         // usually 1/sqrt(d); given by the model
+  // > 0: each scaled score s becomes softcap * tanh(s / softcap) before the mask (Gemma 2).
+  float softcap = 0.0f;
 };
 
 // An additive score bias per (head, query column, key column), evaluated in the kernel (no
@@ -86,6 +88,9 @@ struct MaskView {
   // Sliding window (Mistral, Qwen2): > 0 adds rank(query) - rank(key) < window to the rank
   // clause (the i == j clause still holds). Not with a dense mask.
   std::int32_t window = 0;
+  // Band (ModernBERT's local layers): > 0 also hides keys whose column is more than band away
+  // from the query's (i + self_offset), whatever the ranks or a dense mask say.
+  std::int32_t band = 0;
   const PositionBias* bias = nullptr;  // added to the scaled scores, or null
 
   // Self-attention over a padded batch (the layout must outlive the view).

@@ -48,6 +48,9 @@ void add(Tensor& y, const Tensor& x);                      // y += x (same numel
 void scaled_add(Tensor& y, const Tensor& x, float alpha);  // y += alpha * x
 void scale(Tensor& y, float alpha);                        // y *= alpha
 void add_bias(Tensor& y, const Tensor& bias);              // each row of y += bias
+// x = cap * tanh(x / cap) (Gemma 2's soft-capping of attention scores and logits); cap > 0.
+void soft_cap(float* x, std::int64_t n, float cap);
+void soft_cap(Tensor& y, float cap);
 
 // ---- normalisation -------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@
 
 #include "masque/attention.hpp"
 #include "masque/error.hpp"
+#include "masque/ops.hpp"
 #include "masque/threading.hpp"
 #include "numerics/attention_rule.hpp"
 #include "numerics/parallel.hpp"
@@ -184,7 +185,7 @@ void write_probs_at(const Problem& p, const Tile& t, const std::vector<std::int3
 // (bidirectional, cross-attention without padding in the span) skips the per-entry rule.
 bool all_visible(const Problem& p, const Tile& t, std::int32_t j0, std::int32_t j1) {
   const MaskView& m = p.mask;
-  if (m.dense) return false;
+  if (m.dense || (m.band > 0 && m.query_role)) return false;
   const TokenRole* role = m.key_role + t.b * m.key_stride;
   if (!m.query_role) {
     for (std::int32_t j = j0; j < j1; ++j)
@@ -293,6 +294,8 @@ void run_tile(const Problem& p, const Tile& t, std::vector<float>& work) {
         scores_loop(p.q_row(t, r), k + std::int64_t{run.begin} * ldk, ldk, run.end - run.begin, d,
                     p.dims.scale, s + std::int64_t{r} * n + run.offset);
   }
+  if (p.dims.softcap > 0.0f)  // before the mask: a masked score stays -inf
+    for (std::int32_t r = 0; r < t.rows; ++r) soft_cap(s + std::int64_t{r} * n, n, p.dims.softcap);
   for (const KeyRun& run : runs) {
     if (all_visible(p, t, run.begin, run.end)) continue;
     for (std::int32_t r = 0; r < t.rows; ++r)
@@ -482,17 +485,22 @@ std::int32_t visible_keys(const MaskView& m, std::int32_t b, std::int32_t i, std
   if (query_is_pad(m, b, i)) return 0;
   if (m.dense) {
     const std::uint8_t* d = m.dense + (std::int64_t{b} * m.q_len + i) * m.k_len;
+    const std::int32_t self = i + m.self_offset;
     for (std::int32_t j = 0; j < m.k_len; ++j)
-      if (d[j] && role[j] != TokenRole::pad) keys[n++] = j;
+      if (d[j] && role[j] != TokenRole::pad &&
+          (m.band <= 0 || (j >= self - m.band && j <= self + m.band)))
+        keys[n++] = j;
     return n;
   }
   const std::int32_t* rank = m.key_rank + b * m.key_stride;
   const std::int32_t query_rank = m.query_rank[b * m.query_stride + i];
   const std::int32_t self = i + m.self_offset;
   for (std::int32_t j = 0; j < m.k_len; ++j)
-    if (role[j] != TokenRole::pad && ((role[j] == TokenRole::content && rank[j] <= query_rank &&
-                                       (m.window <= 0 || query_rank - rank[j] < m.window)) ||
-                                      j == self))
+    if (role[j] != TokenRole::pad &&
+        ((role[j] == TokenRole::content && rank[j] <= query_rank &&
+          (m.window <= 0 || query_rank - rank[j] < m.window)) ||
+         j == self) &&
+        (m.band <= 0 || (j >= self - m.band && j <= self + m.band)))
       keys[n++] = j;
   return n;
 }
@@ -676,6 +684,7 @@ bool MaskView::allowed(std::int32_t b, std::int32_t i, std::int32_t j) const {
   if (kr == TokenRole::pad) return false;
   if (!query_role) return true;
   if (query_role[b * query_stride + i] == TokenRole::pad) return false;
+  if (band > 0 && (j < i + self_offset - band || j > i + self_offset + band)) return false;
   if (dense) return dense[(std::int64_t{b} * q_len + i) * k_len + j] != 0;
   if (j == i + self_offset) return true;
   const std::int32_t qr = query_rank[b * query_stride + i], kr_rank = key_rank[b * key_stride + j];
@@ -727,7 +736,8 @@ void attention(const AttentionDims& dims, const MaskView& mask, SeqView q, SeqVi
                        std::to_string(dims.heads) + " heads");
   if (mask.batch == 0 || mask.q_len == 0) return;
   const Problem problem{dims, mask, q, k, v, out, probs, dims.heads / dims.kv_heads};
-  if (small_heads(dims) && !mask.bias) return attention_small_heads(problem);
+  if (small_heads(dims) && !mask.bias && dims.softcap == 0.0f)
+    return attention_small_heads(problem);
   zero_padding_queries(problem, out);
   const std::vector<Tile> tiles = make_tiles(problem);
   const double flops = 4.0 * mask.batch * mask.q_len * mask.k_len * dims.heads * dims.head_dim;

@@ -100,9 +100,16 @@ MASQUE_VECTORIZE inline void mask_keys_row(float* __restrict s, const TokenRole*
   for (std::int32_t j = 0; j < n; ++j) s[j] = role[j] != TokenRole::pad ? s[j] : kMaskedScore;
 }
 
-// The rule for query i of row b over keys [j0, j0 + n): disallowed scores become -inf.
-inline void mask_row(const MaskView& m, std::int32_t b, std::int32_t i, std::int32_t j0,
-                     std::int32_t n, float* s) {
+// Keys [j0, j0 + n) farther than `band` columns from column `self` become -inf.
+inline void mask_band_row(float* s, std::int32_t j0, std::int32_t n, std::int32_t self,
+                          std::int32_t band) {
+  for (std::int32_t j = 0; j < n; ++j)
+    if (j0 + j < self - band || j0 + j > self + band) s[j] = kMaskedScore;
+}
+
+// The rank rule (or the dense mask) for query i of row b over keys [j0, j0 + n).
+inline void mask_rule_row(const MaskView& m, std::int32_t b, std::int32_t i, std::int32_t j0,
+                          std::int32_t n, float* s) {
   const TokenRole* role = m.key_role + b * m.key_stride + j0;
   if (!m.query_role) return mask_keys_row(s, role, n);
   if (query_is_pad(m, b, i)) {
@@ -116,6 +123,13 @@ inline void mask_row(const MaskView& m, std::int32_t b, std::int32_t i, std::int
   if (m.window > 0)
     return mask_window_row(s, role, rank, n, query_rank, i + m.self_offset - j0, m.window);
   mask_rank_row(s, role, rank, n, query_rank, i + m.self_offset - j0);
+}
+
+// The rule for query i of row b over keys [j0, j0 + n): disallowed scores become -inf.
+inline void mask_row(const MaskView& m, std::int32_t b, std::int32_t i, std::int32_t j0,
+                     std::int32_t n, float* s) {
+  mask_rule_row(m, b, i, j0, n, s);
+  if (m.band > 0 && m.query_role) mask_band_row(s, j0, n, i + m.self_offset, m.band);
 }
 
 }  // namespace masque::numerics

@@ -1,4 +1,6 @@
 // Element-wise arithmetic on activations.
+#include <cmath>
+
 #include "masque/ops.hpp"
 #include "numerics/simd.hpp"
 #include "numerics/tensor_checks.hpp"
@@ -37,6 +39,16 @@ void scaled_add(Tensor& y, const Tensor& x, float alpha) {
 void scale(Tensor& y, float alpha) {
   features(y, "scale");
   scale_loop(y.f32(), alpha, y.numel());
+}
+
+void soft_cap(float* x, std::int64_t n, float cap) {
+  const float inv = 1.0f / cap;
+  for (std::int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * inv);
+}
+
+void soft_cap(Tensor& y, float cap) {
+  features(y, "soft_cap");
+  soft_cap(y.f32(), y.numel(), cap);
 }
 
 void add_bias(Tensor& y, const Tensor& bias) {

@@ -264,7 +264,10 @@ struct TNorm {
 
   TNorm() = default;
   TNorm(const NormSpec& spec, ParameterSet& params)
-      : kind(spec.kind), eps(spec.eps), w(find(params, spec.weight)), b(find(params, spec.bias)) {}
+      : kind(spec.kind), eps(spec.eps), w(find(params, spec.weight)), b(find(params, spec.bias)) {
+    if (spec.unit_offset)
+      throw ConfigError("training: (1 + w) norms (Gemma) are not trainable yet");
+  }
   bool present() const { return w != nullptr; }
 
   void forward(const Tensor& x, Tensor& y) const {
@@ -308,6 +311,11 @@ class TAttention {
       throw ConfigError("training: relative position biases (T5, ALiBi) are not trainable yet");
     if (spec.q_norm.present() || spec.k_norm.present())
       throw ConfigError("training: per-head q/k norms (Qwen3) are not trainable yet");
+    if (spec.band > 0)
+      throw ConfigError("training: banded local attention (ModernBERT) is not trainable yet");
+    if (spec.softcap > 0.0f || spec.local_rotary)
+      throw ConfigError(
+          "training: attention soft-capping and local RoPE bases (Gemma) are not trainable yet");
     for (const LinearSpec& p : spec.projections) projections_.emplace_back(p, params, compute);
     dims_ = {spec.heads, spec.kv_heads, spec.head_dim, spec.scale};
   }
@@ -607,6 +615,11 @@ class TBlock {
         mlp_norm_(spec.mlp_norm, params),
         self_(spec.attention, params, rotary, compute),
         mlp_(spec.mlp, params, compute) {
+    if (spec.attention_out_norm.present() || spec.mlp_out_norm.present())
+      throw ConfigError("training: sandwich norms (Gemma) are not trainable yet");
+    if (!spec.attention_norm.present() || !spec.mlp_norm.present())
+      throw ConfigError(
+          "training: a block without its norms (ModernBERT's first) is not trainable yet");
     if (spec.has_cross()) {
       cross_ = TAttention(spec.cross_attention, params, nullptr, compute);
       has_cross_ = true;
@@ -862,6 +875,8 @@ class THead {
         transform_norm_(spec.transform_norm, params),
         output_(spec.output, params, compute),
         logit_scale_(spec.logit_scale) {
+    if (spec.softcap > 0.0f)
+      throw ConfigError("training: final logit soft-capping (Gemma 2) is not trainable yet");
     if (has_transform_) transform_ = TLinear(spec.transform, params, compute);
   }
 

@@ -28,8 +28,9 @@ void norm_heads(const Norm& norm, std::int32_t head_dim, std::int64_t offset, st
 }  // namespace
 
 Attention::Attention(const AttentionSpec& spec, const WeightReader& weights, const Rotary* rotary)
-    : dims_{spec.heads, spec.kv_heads, spec.head_dim, spec.scale},
+    : dims_{spec.heads, spec.kv_heads, spec.head_dim, spec.scale, spec.softcap},
       window_(spec.window),
+      band_(spec.band),
       rotary_(spec.rotary ? rotary : nullptr),
       out_(weights.linear(spec.output)) {
   if (spec.rotary && !rotary) throw ConfigError("attention: rotary positions without a table");
@@ -59,6 +60,7 @@ Attention::Attention(const AttentionSpec& spec, const WeightReader& weights, con
 // mask strategy) both hold: the narrower wins.
 MaskView Attention::windowed(MaskView mask) const {
   if (window_ > 0) mask.window = mask.window > 0 ? std::min(mask.window, window_) : window_;
+  if (band_ > 0) mask.band = mask.band > 0 ? std::min(mask.band, band_) : band_;
   if (bias_.kind != PositionBias::Kind::none) mask.bias = &bias_;
   return mask;
 }

@@ -48,7 +48,7 @@ class Collector {
     add(l.bias, ParameterRole::bias);
   }
   void norm(const NormSpec& n) {
-    add(n.weight, ParameterRole::norm_weight);
+    add(n.weight, n.unit_offset ? ParameterRole::norm_offset : ParameterRole::norm_weight);
     add(n.bias, ParameterRole::norm_bias);
   }
   void attention(const AttentionSpec& a) {
@@ -66,6 +66,7 @@ class Collector {
     for (const BlockSpec& b : s.blocks) {
       norm(b.attention_norm);
       attention(b.attention);
+      norm(b.attention_out_norm);
       if (b.has_cross()) {
         norm(b.cross_norm);
         attention(b.cross_attention);
@@ -73,6 +74,7 @@ class Collector {
       norm(b.mlp_norm);
       for (const LinearSpec& l : b.mlp.in) linear(l);
       linear(b.mlp.out);
+      norm(b.mlp_out_norm);
     }
     norm(s.final_norm);
   }

@@ -11,16 +11,26 @@ Block::Block(const BlockSpec& spec, const WeightReader& weights, const Rotary* r
       attention_norm_(spec.attention_norm, weights),
       cross_norm_(spec.cross_norm, weights),
       mlp_norm_(spec.mlp_norm, weights),
+      attention_out_norm_(spec.attention_out_norm, weights),
+      mlp_out_norm_(spec.mlp_out_norm, weights),
       attention_(spec.attention, weights, rotary),
       mlp_(spec.mlp, weights) {
   if (has_cross_) cross_ = Attention(spec.cross_attention, weights, nullptr);
+  if (!pre_norm_ && (spec.attention_out_norm.present() || spec.mlp_out_norm.present()))
+    throw ConfigError("block: sandwich norms (attention_out_norm, mlp_out_norm) need pre-norm");
 }
 
 template <typename Sublayer>
-void Block::residual(const Norm& norm, Tensor& x, Workspace& ws, Sublayer&& f) const {
+void Block::residual(const Norm& norm, const Norm& out_norm, Tensor& x, Workspace& ws,
+                     Sublayer&& f) const {
   if (pre_norm_) {
-    norm.forward(x, ws.normed);
-    f(ws.normed, ws.sublayer);
+    const Tensor* h = &x;  // no norm (ModernBERT's first attention): the sub-layer reads x
+    if (!norm.empty()) {
+      norm.forward(x, ws.normed);
+      h = &ws.normed;
+    }
+    f(*h, ws.sublayer);
+    if (!out_norm.empty()) out_norm.forward(ws.sublayer, ws.sublayer);
     add(x, ws.sublayer);
   } else {
     f(x, ws.sublayer);
@@ -31,24 +41,30 @@ void Block::residual(const Norm& norm, Tensor& x, Workspace& ws, Sublayer&& f) c
 
 void Block::forward(Tensor& x, Workspace& ws, const AttentionTarget& target,
                     std::int32_t layer) const {
-  residual(attention_norm_, x, ws,
+  residual(attention_norm_, attention_out_norm_, x, ws,
            [&](const Tensor& h, Tensor& y) { attention_.forward(h, ws, target, layer, y); });
   if (has_cross_)
-    residual(cross_norm_, x, ws, [&](const Tensor& h, Tensor& y) {
+    residual(cross_norm_, Norm(), x, ws, [&](const Tensor& h, Tensor& y) {
       cross_.attend_memory(h, ws, *target.cache, layer, target.record, y);
     });
-  residual(mlp_norm_, x, ws, [&](const Tensor& h, Tensor& y) { mlp_.forward(h, ws, y); });
+  residual(mlp_norm_, mlp_out_norm_, x, ws,
+           [&](const Tensor& h, Tensor& y) { mlp_.forward(h, ws, y); });
 }
 
 Stack::Stack(const StackSpec& spec, const WeightReader& weights)
     : embeddings_(spec.embeddings, weights), final_norm_(spec.final_norm, weights) {
   const PositionSpec& p = spec.embeddings.positions;
-  if (p.kind == PositionKind::rotary && !spec.blocks.empty())
-    rotary_ = std::make_unique<Rotary>(spec.blocks.front().attention.head_dim, p.rope_theta,
-                                       p.max_positions > 0 ? p.max_positions : kRotaryTableRows,
-                                       p.rotary_dim, p.rope_scaling);
+  const std::int32_t rows = p.max_positions > 0 ? p.max_positions : kRotaryTableRows;
+  if (p.kind == PositionKind::rotary && !spec.blocks.empty()) {
+    const std::int32_t head_dim = spec.blocks.front().attention.head_dim;
+    rotary_ = std::make_unique<Rotary>(head_dim, p.rope_theta, rows, p.rotary_dim, p.rope_scaling);
+    if (p.local_rope_theta > 0.0)
+      local_rotary_ = std::make_unique<Rotary>(head_dim, p.local_rope_theta, rows, p.rotary_dim);
+  }
   blocks_.reserve(spec.blocks.size());
-  for (const BlockSpec& b : spec.blocks) blocks_.emplace_back(b, weights, rotary_.get());
+  for (const BlockSpec& b : spec.blocks)
+    blocks_.emplace_back(b, weights,
+                         b.attention.local_rotary ? local_rotary_.get() : rotary_.get());
 }
 
 void Stack::run(Workspace& ws, const AttentionTarget& target) const {
@@ -70,7 +86,8 @@ Head::Head(const HeadSpec& spec, const WeightReader& weights)
                      : Linear()),
       transform_norm_(spec.transform_norm, weights),
       output_(spec.output.weight.present() ? weights.linear(spec.output) : Linear()),
-      logit_scale_(spec.logit_scale) {}
+      logit_scale_(spec.logit_scale),
+      softcap_(spec.softcap) {}
 
 void Head::forward(const Tensor& hidden, Workspace& ws, Tensor& logits) const {
   const Tensor* x = &hidden;
@@ -81,6 +98,7 @@ void Head::forward(const Tensor& hidden, Workspace& ws, Tensor& logits) const {
   }
   output_.forward(*x, logits);
   if (logit_scale_ != 1.0f) scale(logits, logit_scale_);
+  if (softcap_ > 0.0f) soft_cap(logits, softcap_);
 }
 
 void Block::list_linears(const std::string& prefix, LinearList& out) const {

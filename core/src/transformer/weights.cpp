@@ -186,7 +186,13 @@ Norm::Norm(const NormSpec& spec, const WeightReader& weights)
     : kind_(spec.kind),
       weight_(weights.tensor(spec.weight)),
       bias_(weights.tensor(spec.bias)),
-      eps_(spec.eps) {}
+      eps_(spec.eps) {
+  if (!spec.unit_offset) return;
+  // (1 + w) once at load, then the plain norm; a copy, as an F32 file's tensor is its mapping.
+  Tensor offset(weight_.shape());
+  for (std::int64_t i = 0; i < weight_.numel(); ++i) offset.f32()[i] = weight_.f32()[i] + 1.0f;
+  weight_ = std::move(offset);
+}
 
 void Norm::forward(const Tensor& x, Tensor& y) const {
   if (kind_ == NormKind::rms_norm)

@@ -26,31 +26,28 @@ struct LlamaFamily {
   std::vector<std::int32_t> windows;  // per layer, 0 = full attention (empty: all full)
 };
 
-// The config's rope_scaling: none, linear or llama3 (masque/layers.hpp, RopeScaling); other
-// types (dynamic, yarn, longrope) are refused, since running them as plain RoPE would silently
-// give other numbers.
-inline RopeScaling rope_scaling(const JsonConfig& config) {
-  const nlohmann::json& doc = config.json();
-  const auto it = doc.find("rope_scaling");
-  if (it == doc.end() || it->is_null()) return {};
-  if (!it->is_object()) fail(config, "rope_scaling", "expected null or an object");
+// A RoPE scaling object found under `key` (rope_scaling, or one of Gemma 3's rope_parameters):
+// none, linear or llama3 (masque/layers.hpp, RopeScaling); other types (dynamic, yarn, longrope)
+// are refused, since running them as plain RoPE would silently give other numbers.
+inline RopeScaling rope_scaling_of(const JsonConfig& config, const nlohmann::json& scaling,
+                                   const std::string& key) {
+  if (!scaling.is_object()) fail(config, key, "expected null or an object");
   std::string type = "?";
-  for (const char* key : {"rope_type", "type"}) {
-    const auto t = it->find(key);
-    if (t != it->end() && t->is_string()) {
+  for (const char* name : {"rope_type", "type"}) {
+    const auto t = scaling.find(name);
+    if (t != scaling.end() && t->is_string()) {
       type = t->get<std::string>();
       break;
     }
   }
-  auto number = [&](const char* key, std::optional<double> fallback) {
-    const auto v = it->find(key);
-    if (v == it->end() || v->is_null()) {
-      if (!fallback)
-        fail(config, std::string("rope_scaling.") + key, "missing (rope_type " + type + ")");
+  auto number = [&](const char* name, std::optional<double> fallback) {
+    const auto v = scaling.find(name);
+    if (v == scaling.end() || v->is_null()) {
+      if (!fallback) fail(config, key + "." + name, "missing (rope_type " + type + ")");
       return *fallback;
     }
     if (!v->is_number() || !(v->get<double>() > 0.0))
-      fail(config, std::string("rope_scaling.") + key, "expected a positive number");
+      fail(config, key + "." + name, "expected a positive number");
     return v->get<double>();
   };
   RopeScaling s;
@@ -67,12 +64,20 @@ inline RopeScaling rope_scaling(const JsonConfig& config) {
     s.high_freq_factor = number("high_freq_factor", std::nullopt);
     s.original_max_positions = number("original_max_position_embeddings", std::nullopt);
     if (!(s.high_freq_factor > s.low_freq_factor))
-      fail(config, "rope_scaling.high_freq_factor", "must be greater than low_freq_factor");
+      fail(config, key + ".high_freq_factor", "must be greater than low_freq_factor");
     return s;
   }
-  fail(config, "rope_scaling",
+  fail(config, key,
        "unsupported RoPE scaling type '" + type +
            "' (masque implements default, linear and llama3)");
+}
+
+// The config's rope_scaling (absent or null: none).
+inline RopeScaling rope_scaling(const JsonConfig& config) {
+  const nlohmann::json& doc = config.json();
+  const auto it = doc.find("rope_scaling");
+  if (it == doc.end() || it->is_null()) return {};
+  return rope_scaling_of(config, *it, "rope_scaling");
 }
 
 inline transformer::TransformerSpec llama_family_spec(const JsonConfig& config,

@@ -124,7 +124,7 @@ class Attention {
                                        AttentionProbs& out);
 
   AttentionDims dims_;
-  std::int32_t window_ = 0;
+  std::int32_t window_ = 0, band_ = 0;
   std::shared_ptr<const Tensor> bias_table_;
   PositionBias bias_;
   const Rotary* rotary_ = nullptr;
@@ -158,12 +158,14 @@ class Block {
   void list_linears(const std::string& prefix, LinearList& out) const;
 
  private:
-  // x = x + f(norm(x)) or x = norm(x + f(x)).
+  // x = x + out_norm(f(norm(x))) (out_norm empty: none) or x = norm(x + f(x)).
   template <typename Sublayer>
-  void residual(const Norm& norm, Tensor& x, Workspace& ws, Sublayer&& f) const;
+  void residual(const Norm& norm, const Norm& out_norm, Tensor& x, Workspace& ws,
+                Sublayer&& f) const;
 
   bool pre_norm_ = true, has_cross_ = false;
   Norm attention_norm_, cross_norm_, mlp_norm_;
+  Norm attention_out_norm_, mlp_out_norm_;  // Gemma's sandwich norms, or empty
   Attention attention_, cross_;
   Mlp mlp_;
 };
@@ -206,7 +208,8 @@ class Stack {
 
  private:
   Embeddings embeddings_;
-  std::unique_ptr<Rotary> rotary_;  // shared by the blocks, which keep a pointer
+  std::unique_ptr<Rotary> rotary_;        // shared by the blocks, which keep a pointer
+  std::unique_ptr<Rotary> local_rotary_;  // PositionSpec::local_rope_theta's, or null
   std::vector<Block> blocks_;
   Norm final_norm_;
 };
@@ -225,6 +228,7 @@ class Head {
   Norm transform_norm_;
   Linear output_;
   float logit_scale_ = 1.0f;
+  float softcap_ = 0.0f;
 };
 
 }  // namespace masque::transformer

@@ -55,6 +55,8 @@ struct NormSpec {
   float eps = 1e-5f;
   TensorSpec weight{};  // [dim]; absent: no norm here
   TensorSpec bias{};    // [dim] (layer_norm with bias), else absent
+  // Gemma's RMSNorm scales by (1 + weight): the checkpoint stores the offset from one.
+  bool unit_offset = false;
   bool present() const { return weight.present(); }
 };
 
@@ -88,6 +90,8 @@ struct PositionSpec {
   double rope_theta = 10000.0;
   std::int32_t rotary_dim = 0;
   RopeScaling rope_scaling = {};  // (= {}: GCC warns of designated initializers that omit it)
+  // Gemma 3: attention blocks marked local_rotary rotate by this base instead, unscaled (0: none).
+  double local_rope_theta = 0.0;
 };
 
 // An additive per-head score bias from relative positions (T5) or distances (ALiBi); see
@@ -109,8 +113,11 @@ struct AttentionSpec {
   // self-attention always runs q|k|v as one matmul, cross-attention q alone and k|v as one.
   std::vector<LinearSpec> projections{};
   LinearSpec output{};
-  bool rotary = false;      // rotate q and k (the stack's PositionSpec)
-  std::int32_t window = 0;  // sliding window (Mistral): keys ranked < window below the query
+  bool rotary = false;        // rotate q and k (the stack's PositionSpec)
+  bool local_rotary = false;  // ... by its local_rope_theta (Gemma 3's sliding layers)
+  std::int32_t window = 0;    // sliding window (Mistral): keys ranked < window below the query
+  float softcap = 0.0f;       // > 0: scores become softcap * tanh(score / softcap) (Gemma 2)
+  std::int32_t band = 0;      // > 0: keys more than band tokens away hidden (ModernBERT local)
   RelativeBiasSpec relative_bias{};
   // Per-head norms of q and k after the projection, before rotation (Qwen3's q_norm/k_norm):
   // [head_dim] weights, one norm over each head's slice of a row. Absent: none.
@@ -141,6 +148,8 @@ struct BlockSpec {
   bool has_cross() const { return !cross_attention.projections.empty(); }
   NormSpec mlp_norm{};
   MlpSpec mlp{};
+  // Sandwich norms (Gemma 2/3, pre-norm only): x + norm_out(f(norm(x))). Absent: none.
+  NormSpec attention_out_norm{}, mlp_out_norm{};
 };
 
 struct EmbeddingSpec {
@@ -165,6 +174,7 @@ struct HeadSpec {
   NormSpec transform_norm{};
   LinearSpec output{};  // [vocab, hidden]; tied: the weight names the token table
   float logit_scale = 1.0f;
+  float softcap = 0.0f;         // > 0: logits become softcap * tanh(logit / softcap) (Gemma 2)
   std::string absent_reason{};  // for the error when logits are asked of a model without a head
   bool present() const { return output.weight.present(); }
 };
@@ -195,7 +205,16 @@ NormSpec norm(NormKind kind, const std::string& name, std::int64_t dim, float ep
               bool bias = true);
 
 // What a parameter is, for a trainer (weight decay applies to matrices and embeddings).
-enum class ParameterRole : std::uint8_t { embedding, matrix, bias, norm_weight, norm_bias, table };
+// norm_offset: a (1 + w) norm's w (NormSpec::unit_offset), initialised to zero.
+enum class ParameterRole : std::uint8_t {
+  embedding,
+  matrix,
+  bias,
+  norm_weight,
+  norm_bias,
+  table,
+  norm_offset
+};
 
 struct Parameter {
   std::string name{};
