@@ -1,8 +1,12 @@
 #include "models.hpp"
 
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "bpe_merges.hpp"
 #include "byte_level.hpp"
@@ -253,6 +257,43 @@ class Bpe final : public Model {
 };
 
 // ---------------------------------------------------------------------------------------------
+// A score as the Rust library holds it. tokenizers reads tokenizer.json with serde_json, whose
+// float parsing (without its float_roundtrip feature) makes an integer of the digits, rounds it
+// to f64 and divides (or multiplies) by an exact power of ten: two roundings, so a 17-digit
+// score can land one ulp from the correctly rounded value nlohmann reads. Equal-score
+// segmentations (T5: "---","---","-" or "-","---","---") are then told apart by those last
+// bits. The file's text is the shortest round-trip form of its doubles (serde_json's and
+// Python's writers), which std::to_chars gives back from the value.
+double serde_json_value(double correct) {
+  char text[64];
+  const auto [end, ec] = std::to_chars(text, text + sizeof text, correct);
+  if (ec != std::errc()) return correct;
+  std::uint64_t digits = 0;
+  int count = 0, exponent = 0;
+  bool fraction = false;
+  for (const char* c = text; c < end; ++c) {
+    if (*c == '-') continue;
+    if (*c == '.') {
+      fraction = true;
+    } else if (*c >= '0' && *c <= '9') {
+      if (++count > 19) return correct;  // serde_json's long-integer path: not emulated
+      digits = digits * 10 + static_cast<std::uint64_t>(*c - '0');
+      if (fraction) --exponent;
+    } else if (*c == 'e' || *c == 'E') {
+      exponent += std::atoi(c + 1);
+      break;
+    } else {
+      return correct;  // inf, nan
+    }
+  }
+  if (exponent < -308 || exponent > 308) return correct;  // beyond serde_json's table
+  // serde_json's POW10 table: the correctly rounded 1e0 ... 1e308, as strtod reads them.
+  const double pow10 = std::strtod(("1e" + std::to_string(std::abs(exponent))).c_str(), nullptr);
+  double f = static_cast<double>(digits);
+  f = exponent < 0 ? f / pow10 : f * pow10;
+  return std::signbit(correct) ? -f : f;
+}
+
 class Unigram final : public Model {
  public:
   Unigram(const Node& node, const ModelTables& tables) {
@@ -264,8 +305,8 @@ class Unigram final : public Model {
       if (p.size() > masque::tok::kMaxTokenBytes)
         vocab.fail_at("[" + std::to_string(i) + "]", "the piece is too long");
       vocab_.add(p, static_cast<TokenId>(i));  // a duplicate keeps its first id
-      scores_.push_back(score);
-      min_score_ = std::min(min_score_, score);
+      scores_.push_back(serde_json_value(score));
+      min_score_ = std::min(min_score_, scores_.back());
       max_len_ = std::max(max_len_, p.size());
     }
     if (n == 0) vocab.fail("the vocabulary is empty");
