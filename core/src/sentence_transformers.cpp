@@ -67,6 +67,7 @@ std::string modules_settings(const fs::path& dir) {
   const json modules = read_json(file);
   if (!modules.is_array()) throw ConfigError(file.string() + ": expected a list of modules");
   std::string yaml;
+  bool pooled = false, dense = false;
   for (const json& m : modules) {
     const std::string type = m.value("type", "");
     const std::string path = m.value("path", "");
@@ -77,11 +78,22 @@ std::string modules_settings(const fs::path& dir) {
                           "': masque reads the model from the folder itself");
     } else if (name == "Pooling") {
       yaml += "  pooling: " + pooling_mode(dir / path / "config.json") + "\n";
+      pooled = true;
+    } else if (name == "Dense") {
+      if (!pooled)
+        throw ConfigError(file.string() + ": the Dense module '" + path +
+                          "' comes before any Pooling (masque applies Dense to pooled vectors)");
+      if (dense)
+        throw ConfigError(file.string() + ": a second Dense module ('" + path +
+                          "'): masque runs one");
+      dense = true;
+      // JSON strings are YAML flow scalars: the path quoted and escaped.
+      yaml += "  dense: " + json(fs::absolute(dir / path).string()).dump() + "\n";
     } else if (name == "Normalize") {
       yaml += "  normalize: true\n";
     } else {
       throw ConfigError(file.string() + ": the module '" + type + "' (" + path +
-                        ") is not one masque runs (Transformer, Pooling, Normalize)");
+                        ") is not one masque runs (Transformer, Pooling, Dense, Normalize)");
     }
   }
   return yaml;

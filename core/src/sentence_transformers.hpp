@@ -9,8 +9,8 @@ namespace masque {
 
 // The embed task's settings for a sentence-transformers folder, as YAML lines of the task
 // section ("  pooling: mean\n  normalize: true\n"); "" when `dir` has no modules.json.
-// ConfigError naming the file and key for what masque cannot do (a Dense module, pooling modes
-// it lacks or several at once).
+// ConfigError naming the file and key for what masque cannot do (pooling modes it lacks or
+// several at once, a Dense module before the pooling or more than one).
 std::string sentence_transformers_settings(const std::filesystem::path& dir);
 
 }  // namespace masque

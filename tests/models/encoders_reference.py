@@ -191,10 +191,16 @@ def sentence_folders(out, model, rows):
     """sentence-transformers folders over the XLMRobertaModel: modules.json with a Transformer,
     a Pooling (1_Pooling/config.json) and maybe a Normalize module, as SentenceTransformer saves
     them, and what encode() gives: Pooling's mean (sum over the attention mask / its count) or
-    max, then F.normalize. A vocab.txt lets `masque run --model` build a pipeline (ids in)."""
+    max, then (xlmr-sentence-dense) a Dense module (2_Dense: config.json and model.safetensors
+    with linear.weight / linear.bias, Tanh(W x + b), as models.Dense saves itself), then
+    F.normalize. A vocab.txt lets `masque run --model` build a pipeline (ids in)."""
     refs = {}
-    for name, mode, normalize in (("xlmr-sentence-mean", "mean", True),
-                                  ("xlmr-sentence-max", "max", False)):
+    g = torch.Generator().manual_seed(808)
+    dense_w = (torch.randn(6, H, generator=g) * 0.5).float().double()
+    dense_b = (torch.randn(6, generator=g) * 0.1).float().double()
+    for name, mode, normalize, dense in (("xlmr-sentence-mean", "mean", True, False),
+                                         ("xlmr-sentence-max", "max", False, False),
+                                         ("xlmr-sentence-dense", "mean", True, True)):
         folder = out / name
         (folder / "1_Pooling").mkdir(parents=True, exist_ok=True)
         for f in ("config.json", "model.safetensors"):
@@ -202,8 +208,18 @@ def sentence_folders(out, model, rows):
         (folder / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n" + "".join(f"[unused{i}]\n" for i in range(VOCAB - 5)))
         modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+        if dense:
+            modules.append({"idx": 2, "name": "2", "path": "2_Dense",
+                            "type": "sentence_transformers.models.Dense"})
+            (folder / "2_Dense").mkdir(exist_ok=True)
+            (folder / "2_Dense" / "config.json").write_text(json.dumps(
+                {"in_features": H, "out_features": 6, "bias": True,
+                 "activation_function": "torch.nn.modules.activation.Tanh"}, indent=1))
+            write_safetensors(folder / "2_Dense" / "model.safetensors",
+                              {"linear.weight": dense_w, "linear.bias": dense_b})
         if normalize:
-            modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+            modules.append({"idx": len(modules), "name": str(len(modules)),
+                            "path": f"{len(modules)}_Normalize",
                             "type": "sentence_transformers.models.Normalize"})
         (folder / "modules.json").write_text(json.dumps(modules, indent=1))
         pooling = {"word_embedding_dimension": H, "pooling_mode_cls_token": False,
@@ -215,6 +231,8 @@ def sentence_folders(out, model, rows):
         for row in rows:
             h = torch.tensor(row["hidden"], dtype=torch.float64)
             v = h.mean(0) if mode == "mean" else h.max(0).values
+            if dense:
+                v = torch.tanh(dense_w @ v + dense_b)
             if normalize:
                 v = torch.nn.functional.normalize(v, p=2, dim=0)
             vectors.append({"ids": row["ids"], "embedding": v.tolist()})

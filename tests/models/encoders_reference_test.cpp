@@ -129,7 +129,8 @@ TEST_CASE("roberta and distilbert: classifier folders' labels match the referenc
 
 TEST_CASE("sentence-transformers folders: masque run --task embed gives what encode() gives",
           "[roberta][embed]") {
-  for (const std::string name : {"xlmr-sentence-mean", "xlmr-sentence-max"}) {
+  for (const std::string name :
+       {"xlmr-sentence-mean", "xlmr-sentence-max", "xlmr-sentence-dense"}) {
     DYNAMIC_SECTION(name) {
       const json& variant = reference()[name];
       std::string ids;
@@ -137,7 +138,7 @@ TEST_CASE("sentence-transformers folders: masque run --task embed gives what enc
         for (const auto& id : s["ids"]) ids += std::to_string(id.get<int>()) + " ";
         ids += "\n";
       }
-      // The folder's modules.json (Pooling, Normalize) sets the task: nothing given here.
+      // The folder's modules.json (Pooling, Dense, Normalize) sets the task: nothing given here.
       const RunResult r = run_masque({"run", "--task", "embed", "--model",
                                       (kFixture / name).string(), "--input-format", "ids"},
                                      ids);

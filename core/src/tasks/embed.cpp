@@ -1,13 +1,15 @@
 // Task `embed`: one vector per record from any encoder-only or decoder-only model's final hidden
 // states (after its final norm): the first token's, the mean over the record's tokens, or the
-// last token's, optionally L2-normalised; as JSON lines, or as the rows of a .npy matrix in
-// input order (row r = record r) for numpy and friends.
+// last token's, optionally through a sentence-transformers Dense module, optionally L2-normalised;
+// as JSON lines, or as the rows of a .npy matrix in input order (row r = record r) for numpy and
+// friends.
 #include <algorithm>
 #include <filesystem>
 #include <optional>
 
 #include "masque/error.hpp"
 #include "tasks/common.hpp"
+#include "tasks/dense_module.hpp"
 #include "tasks/npy_writer.hpp"
 #include "tasks/pooling.hpp"
 #include "tasks/sequence_input.hpp"
@@ -51,13 +53,25 @@ class EmbedTask final : public Task {
         tokenizer_(plugins.tokenizer.get()),
         mask_(sequence_mask(plugins)),
         pooling_(parse_pooling(params_.get_string("pooling"), model_.info().kind)),
-        normalize_(params_.get_bool("normalize")) {}
+        normalize_(params_.get_bool("normalize")) {
+    if (const std::string dir = params_.get_string("dense"); !dir.empty())
+      dense_.emplace(dir, model_.info().hidden_size);
+  }
+
+  // The record's vector: pooled, through the Dense module if any, then normalised.
+  std::vector<float> vector(const Tensor& hidden, std::size_t first, std::size_t rows) const {
+    if (!dense_) return pool(hidden, first, rows, normalize_, pooling_);
+    std::vector<float> v = dense_->apply(pool(hidden, first, rows, false, pooling_));
+    if (normalize_) normalize_l2(v);
+    return v;
+  }
 
   void begin_run(const RunScope& scope) const override {
     const std::string path = params_.get_string("npy");
     if (path.empty()) return;
     check_npy(path, scope);
-    npy_.emplace(path, static_cast<std::size_t>(model_.info().hidden_size), scope.first_record);
+    const std::int64_t width = dense_ ? dense_->outputs() : model_.info().hidden_size;
+    npy_.emplace(path, static_cast<std::size_t>(width), scope.first_record);
   }
 
   void prepare(Item& item) const override {
@@ -93,7 +107,7 @@ class EmbedTask final : public Task {
       for (std::size_t i = 0; i < items.size(); ++i) {
         const std::uint64_t id = items[i]->record.id;
         const std::vector<float> v =
-            pool(out.hidden, first_row[i], first_row[i + 1] - first_row[i], normalize_, pooling_);
+            vector(out.hidden, first_row[i], first_row[i + 1] - first_row[i]);
         Result r;
         r.id = id;
         r.object["id"] = id;
@@ -122,6 +136,7 @@ class EmbedTask final : public Task {
   const MaskStrategy& mask_;
   Pooling pooling_;
   bool normalize_;
+  std::optional<DenseModule> dense_;
   mutable std::optional<NpyWriter> npy_;
 };
 
@@ -145,6 +160,14 @@ const TaskRegistration registration({
                              "encoder-only, last for decoder-only models (--model DIR with a "
                              "sentence-transformers folder: its 1_Pooling)",
                      .choices = "auto|cls|mean|max|last"},
+                    {.name = "dense",
+                     .type = ParamType::path,
+                     .default_value = "",
+                     .help = "a sentence-transformers Dense module folder (config.json, "
+                             "model.safetensors with linear.weight and linear.bias): the pooled "
+                             "vector becomes act(W x + b) before any normalize (--model DIR with "
+                             "a sentence-transformers folder: its Dense module)",
+                     .flags = kParamMayBeMissing},
                     {.name = "normalize",
                      .type = ParamType::boolean,
                      .default_value = "false",

@@ -46,6 +46,13 @@ std::vector<std::int32_t> pooled_rows(Pooling pooling, std::int32_t length) {
   return rows;
 }
 
+void normalize_l2(std::vector<float>& v) {
+  double norm = 0.0;
+  for (float x : v) norm += double{x} * x;
+  const double scale = 1.0 / std::max(std::sqrt(norm), 1e-12);
+  for (float& x : v) x = static_cast<float>(x * scale);
+}
+
 std::vector<float> pool(const Tensor& hidden, std::size_t first, std::size_t rows, bool normalize,
                         Pooling pooling) {
   const auto width = static_cast<std::size_t>(hidden.dim(-1));

@@ -32,4 +32,7 @@ std::vector<std::int32_t> pooled_rows(Pooling pooling, std::int32_t length);
 std::vector<float> pool(const Tensor& hidden, std::size_t first, std::size_t rows, bool normalize,
                         Pooling pooling = Pooling::mean);
 
+// v / max(||v||, 1e-12) in place (torch.nn.functional.normalize), the norm summed in double.
+void normalize_l2(std::vector<float>& v);
+
 }  // namespace masque
