@@ -24,9 +24,11 @@ json read_json(const fs::path& file) {
   }
 }
 
-// 1_Pooling/config.json: the one pooling mode it turns on.
+// 1_Pooling/config.json: the one pooling mode it turns on (and include_prompt: false).
 std::string pooling_mode(const fs::path& file) {
   const json config = read_json(file);
+  const std::string include =
+      config.value("include_prompt", true) ? "" : "\n  include_prompt: false";
   static const std::pair<const char*, const char*> kModes[] = {
       {"pooling_mode_cls_token", "cls"},         {"pooling_mode_mean_tokens", "mean"},
       {"pooling_mode_max_tokens", "max"},        {"pooling_mode_lasttoken", "last"},
@@ -42,7 +44,24 @@ std::string pooling_mode(const fs::path& file) {
   if (on.size() != 1)
     throw ConfigError(file.string() + ": expected exactly one pooling_mode_* set to true, found " +
                       std::to_string(on.size()) + " (masque pools one way per run)");
-  return on.front();
+  return on.front() + include;
+}
+
+// config_sentence_transformers.json: the prompt of its default_prompt_name, as the task's
+// `prompt` line ("" without one).
+std::string default_prompt(const fs::path& dir) {
+  const fs::path file = dir / "config_sentence_transformers.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) return "";
+  const json config = read_json(file);
+  const auto name = config.find("default_prompt_name");
+  if (name == config.end() || name->is_null()) return "";
+  const json prompts = config.value("prompts", json::object());
+  const auto prompt = prompts.find(name->get<std::string>());
+  if (prompt == prompts.end())
+    throw ConfigError(file.string() + ": default_prompt_name '" + name->get<std::string>() +
+                      "' is not among its prompts");
+  return "  prompt: " + json(prompt->get<std::string>()).dump() + "\n";
 }
 
 std::string modules_settings(const fs::path& dir);
@@ -96,7 +115,7 @@ std::string modules_settings(const fs::path& dir) {
                         ") is not one masque runs (Transformer, Pooling, Dense, Normalize)");
     }
   }
-  return yaml;
+  return yaml + default_prompt(dir);
 }
 
 }  // namespace

@@ -183,11 +183,11 @@ def main():
             rows.append(row)
         reference[name] = {"sequences": rows}
         if name == "xlmr-model":
-            reference.update(sentence_folders(out, folder, rows))
+            reference.update(sentence_folders(out, folder, rows, w))
     (out / "reference.json").write_text(json.dumps(reference))
 
 
-def sentence_folders(out, model, rows):
+def sentence_folders(out, model, rows, w):
     """sentence-transformers folders over the XLMRobertaModel: modules.json with a Transformer,
     a Pooling (1_Pooling/config.json) and maybe a Normalize module, as SentenceTransformer saves
     them, and what encode() gives: Pooling's mean (sum over the attention mask / its count) or
@@ -237,7 +237,41 @@ def sentence_folders(out, model, rows):
                 v = torch.nn.functional.normalize(v, p=2, dim=0)
             vectors.append({"ids": row["ids"], "embedding": v.tolist()})
         refs[name] = {"sequences": vectors}
+    refs.update(prompt_folder(out, model, w))
     return refs
+
+
+PROMPT_TEXTS = ["w17 w9", "w33", "w7 w8 w9 w10 w11 w12"]
+
+
+def prompt_folder(out, model, w):
+    """xlmr-sentence-prompt: config_sentence_transformers.json's default prompt ("w5 w6 ") put
+    before each text, and 1_Pooling's include_prompt: false, so the mean leaves out the first
+    len(tokenize(prompt)) - 1 tokens ([CLS] w5 w6), as sentence-transformers' encode() does. Its
+    vocab.txt spells XLM-R's ids: [CLS] 0, [PAD] 1, [SEP] 2, and the words w5 .. w49."""
+    folder = out / "xlmr-sentence-prompt"
+    (folder / "1_Pooling").mkdir(parents=True, exist_ok=True)
+    for f in ("config.json", "model.safetensors"):
+        (folder / f).write_bytes((model / f).read_bytes())
+    (folder / "vocab.txt").write_text(
+        "[CLS]\n[PAD]\n[SEP]\n[UNK]\n[MASK]\n" + "".join(f"w{i}\n" for i in range(5, VOCAB)))
+    (folder / "modules.json").write_text(json.dumps(
+        [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": H, "pooling_mode_cls_token": False,
+         "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
+         "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
+         "pooling_mode_lasttoken": False, "include_prompt": False}))
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"query": "w5 w6 ", "document": ""}, "default_prompt_name": "query"}))
+    prompt_length = 3  # [CLS] w5 w6 [SEP] less one
+    vectors = []
+    for text in PROMPT_TEXTS:
+        ids = [0, 5, 6] + [int(t[1:]) for t in text.split()] + [2]
+        h = encode("roberta", w, "", ids, EPS)
+        vectors.append({"text": text, "ids": ids, "embedding": h[prompt_length:].mean(0).tolist()})
+    return {"xlmr-sentence-prompt": {"sequences": vectors}}
 
 
 if __name__ == "__main__":

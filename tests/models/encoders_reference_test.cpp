@@ -158,3 +158,29 @@ TEST_CASE("sentence-transformers folders: masque run --task embed gives what enc
     }
   }
 }
+
+TEST_CASE("sentence-transformers folders: the default prompt and include_prompt false",
+          "[roberta][embed]") {
+  // config_sentence_transformers.json's default prompt goes before each text; 1_Pooling's
+  // include_prompt: false leaves its tokens (and [CLS]) out of the mean, as encode() does.
+  const json& variant = reference()["xlmr-sentence-prompt"];
+  std::string texts;
+  for (const auto& s : variant["sequences"]) texts += s["text"].get<std::string>() + "\n";
+  const RunResult r = run_masque(
+      {"run", "--task", "embed", "--model", (kFixture / "xlmr-sentence-prompt").string()}, texts);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto out = parse_jsonl(r.out);
+  REQUIRE(out.size() == variant["sequences"].size());
+  double worst = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const auto& want = variant["sequences"][i];
+    CHECK(out[i]["tokens"] == want["ids"].size());
+    const auto got = out[i]["embedding"].get<std::vector<double>>();
+    const auto expected = want["embedding"].get<std::vector<double>>();
+    REQUIRE(got.size() == expected.size());
+    for (std::size_t k = 0; k < got.size(); ++k)
+      worst = std::max(worst, std::abs(got[k] - expected[k]));
+  }
+  CHECK(worst < 1e-5);
+}

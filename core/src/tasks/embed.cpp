@@ -56,6 +56,16 @@ class EmbedTask final : public Task {
         normalize_(params_.get_bool("normalize")) {
     if (const std::string dir = params_.get_string("dense"); !dir.empty())
       dense_.emplace(dir, model_.info().hidden_size);
+    prompt_ = params_.get_string("prompt");
+    if (!prompt_.empty() && !params_.get_bool("include_prompt")) {
+      if (!tokenizer_)
+        throw ConfigError(
+            "task.include_prompt: false needs a tokenizer to count the prompt's tokens");
+      // As sentence-transformers counts it: the prompt tokenized alone, less its last token
+      // (the end special), so a leading [CLS] / BOS is left out of the pooling too.
+      const auto n = tokenizer_->encode(prompt_, params_.get_bool("add_special")).ids.size();
+      prompt_tokens_ = n > 0 ? static_cast<std::int32_t>(n - 1) : 0;
+    }
   }
 
   // The record's vector: pooled, through the Dense module if any, then normalised.
@@ -77,6 +87,11 @@ class EmbedTask final : public Task {
   void prepare(Item& item) const override {
     auto input = std::make_shared<EmbedInput>();
     try {
+      if (!prompt_.empty()) {
+        if (item.record.ids)
+          throw RecordError("task.prompt is put before a record's text, and this record is ids");
+        item.record.text = prompt_ + item.record.text;
+      }
       input->spec = sequence_input(item, tokenizer_, model_, params_);
     } catch (const RecordError&) {
       if (npy_) npy_->write_missing(item.record.id);  // its row stays NaN
@@ -96,7 +111,7 @@ class EmbedTask final : public Task {
     for (std::size_t i = 0; i < items.size(); ++i) {
       first_row.push_back(b.output_rows.size());
       const auto n = static_cast<std::int32_t>(specs[i].ids.size());
-      for (std::int32_t t : pooled_rows(pooling_, n))
+      for (std::int32_t t : pooled_rows(pooling_, n, prompt_tokens_))
         b.output_rows.push_back(static_cast<std::int32_t>(i * static_cast<std::size_t>(b.length)) +
                                 t);
     }
@@ -137,6 +152,8 @@ class EmbedTask final : public Task {
   Pooling pooling_;
   bool normalize_;
   std::optional<DenseModule> dense_;
+  std::string prompt_;
+  std::int32_t prompt_tokens_ = 0;  // left out of mean / max pooling (include_prompt: false)
   mutable std::optional<NpyWriter> npy_;
 };
 
@@ -168,6 +185,19 @@ const TaskRegistration registration({
                              "vector becomes act(W x + b) before any normalize (--model DIR with "
                              "a sentence-transformers folder: its Dense module)",
                      .flags = kParamMayBeMissing},
+                    {.name = "prompt",
+                     .type = ParamType::string,
+                     .default_value = "",
+                     .help = "text put before every text record (sentence-transformers' "
+                             "prompts, e.g. 'query: '; --model DIR with a sentence-transformers "
+                             "folder: its default_prompt_name's prompt)",
+                     .flags = kParamMayBeMissing},
+                    {.name = "include_prompt",
+                     .type = ParamType::boolean,
+                     .default_value = "true",
+                     .help = "false: mean and max pooling leave out the prompt's tokens (and a "
+                             "leading [CLS] / BOS), as sentence-transformers' Pooling with "
+                             "include_prompt: false does"},
                     {.name = "normalize",
                      .type = ParamType::boolean,
                      .default_value = "false",

@@ -31,7 +31,7 @@ const char* to_string(Pooling pooling) {
   return "?";
 }
 
-std::vector<std::int32_t> pooled_rows(Pooling pooling, std::int32_t length) {
+std::vector<std::int32_t> pooled_rows(Pooling pooling, std::int32_t length, std::int32_t skip) {
   switch (pooling) {
     case Pooling::cls:
       return {0};
@@ -41,8 +41,8 @@ std::vector<std::int32_t> pooled_rows(Pooling pooling, std::int32_t length) {
     case Pooling::max:
       break;
   }
-  std::vector<std::int32_t> rows(static_cast<std::size_t>(length));
-  for (std::int32_t t = 0; t < length; ++t) rows[static_cast<std::size_t>(t)] = t;
+  std::vector<std::int32_t> rows;
+  for (std::int32_t t = std::clamp(skip, 0, length); t < length; ++t) rows.push_back(t);
   return rows;
 }
 

@@ -23,8 +23,9 @@ enum class Pooling : std::uint8_t {
 Pooling parse_pooling(const std::string& name, ModelKind kind);
 const char* to_string(Pooling pooling);
 
-// The rows of a record of `length` tokens that `pooling` reads, relative to its first token.
-std::vector<std::int32_t> pooled_rows(Pooling pooling, std::int32_t length);
+// The rows of a record of `length` tokens that `pooling` reads, relative to its first token;
+// mean and max leave out the first `skip` (sentence-transformers' include_prompt: false).
+std::vector<std::int32_t> pooled_rows(Pooling pooling, std::int32_t length, std::int32_t skip = 0);
 
 // Pools `rows` consecutive rows of `hidden` starting at `first` (what pooled_rows asked for):
 // their mean in double (one row: that row), or with Pooling::max their element-wise maximum;
