@@ -171,3 +171,45 @@ TEST_CASE(
     CHECK(load_model("mistral", dir)->info().sliding_window == (null_window ? 0 : 4096));
   }
 }
+
+TEST_CASE("qwen2: a bf16 KV cache keeps the greedy tokens and the logits near the f32 cache's",
+          "[qwen2][kv_cache]") {
+  const ThreadScope one(1);
+  auto causal = load_mask("causal");
+  for (const char* name : {"qwen2-tied", "qwen2-window", "qwen3"}) {
+    DYNAMIC_SECTION(name) {
+      const json& variant = reference()[name];
+      const std::string plugin = variant["plugin"].get<std::string>();
+      Params params;
+      params.set("path", (kFixture / name).string());
+      params.set("kv_cache_dtype", std::string("bf16"));
+      auto model = load_plugin<Model>("model", plugin, params);
+      std::vector<TokenId> ids = variant["prompt"].get<std::vector<TokenId>>();
+      Batch prompt = make_batch(*causal, {ids});
+      prompt.output_rows = {prompt.length - 1};
+      Tensor logits;
+      auto state = model->start(prompt, &logits);
+      double worst = 0, scale = 0;
+      std::vector<TokenId> generated;
+      for (int step = 0; step < 10; ++step) {
+        Batch full = make_batch(*causal, {ids});
+        full.output_rows = {full.length - 1};
+        const ForwardResult exact = model->forward(full);  // no cache: f32 throughout
+        const auto cached = row_of(logits, 0), fresh = row_of(exact.logits, 0);
+        for (std::size_t v = 0; v < cached.size(); ++v) {
+          worst = std::max(worst, double{std::abs(cached[v] - fresh[v])});
+          scale = std::max(scale, double{std::abs(fresh[v])});
+        }
+        generated.push_back(top_ids(cached, 1)[0]);
+        ids.push_back(generated.back());
+        StepInput input;
+        input.tokens = std::span(&generated.back(), 1);
+        model->step(*state, input, logits);
+      }
+      INFO("max |bf16-cached - f32| " << worst << " of logits up to " << scale);
+      CHECK(worst > 0);  // the cache does round
+      CHECK(worst < 1e-2 * scale);
+      CHECK(generated == variant["greedy_ids"].get<std::vector<TokenId>>());
+    }
+  }
+}

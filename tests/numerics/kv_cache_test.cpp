@@ -17,6 +17,7 @@ using masque::test::relative_error;
 namespace {
 
 constexpr double kTol = 1e-5;
+DType g_kv_dtype = DType::f32;  // what the helpers' caches hold keys and values in
 constexpr int kLayers = 2;
 constexpr int kVocab = 50;
 
@@ -27,12 +28,23 @@ struct Toy {
   std::int64_t qw = 48, kw = 16;
   std::vector<Tensor> q, k, v;  // per layer [kVocab, width]
 
-  Toy() {
+  // bf16_exact: k and v rounded to bf16 values, so that a bf16 cache holds them exactly.
+  explicit Toy(bool bf16_exact = false) {
     for (int l = 0; l < kLayers; ++l) {
       q.push_back(random_tensor({kVocab, qw}, 10 + l));
       k.push_back(random_tensor({kVocab, kw}, 20 + l));
       v.push_back(random_tensor({kVocab, kw}, 30 + l));
+      if (bf16_exact)
+        for (Tensor* t : {&k.back(), &v.back()}) *t = round_trip_bf16(*t);
     }
+  }
+
+  static Tensor round_trip_bf16(const Tensor& t) {
+    std::vector<std::uint16_t> half(static_cast<std::size_t>(t.numel()));
+    round_to_bf16(t.f32(), t.numel(), half.data());
+    Tensor out(t.shape());
+    widen_bf16(half.data(), t.numel(), out.f32());
+    return out;
   }
 
   // Rows of `width` floats for `ids` (id -1: a pad column, zeros).
@@ -84,7 +96,7 @@ KvCache prefill(const Toy& toy, const std::vector<std::vector<int>>& rows) {
         layout.rank[b * T + t] = t;
       }
     }
-  KvCache cache(kLayers, toy.dims.kv_heads, toy.dims.head_dim, B);
+  KvCache cache(kLayers, toy.dims.kv_heads, toy.dims.head_dim, B, g_kv_dtype);
   cache.begin(layout, positions);
   for (int l = 0; l < kLayers; ++l) {
     Tensor qs = Toy::gather(toy.q[l], ids), ks = Toy::gather(toy.k[l], ids),
@@ -151,7 +163,7 @@ KvCache encode(const Toy& toy, const std::vector<std::vector<int>>& source) {
       ids.push_back(real ? source[b][t] : -1);
       layout.role[b * S + t] = real ? TokenRole::content : TokenRole::pad;
     }
-  KvCache cache(kLayers, toy.dims.kv_heads, toy.dims.head_dim, B);
+  KvCache cache(kLayers, toy.dims.kv_heads, toy.dims.head_dim, B, g_kv_dtype);
   cache.set_source(layout);
   for (int l = 0; l < kLayers; ++l) {
     Tensor ks = Toy::gather(toy.k[l], ids), vs = Toy::gather(toy.v[l], ids);
@@ -316,12 +328,12 @@ TEST_CASE("append_rows joins a new prefill after decoding rows and drops unused 
   CHECK_THROWS_AS(cache.append_rows(std::move(other)), RuntimeError);
 }
 
-TEST_CASE("rows picked, replicated, dropped and joined at random keep their tokens",
-          "[numerics][kv_cache]") {
-  // Beam-search-like churn: rows keep their slots, replicated rows get copies in freed ones,
-  // the buffers grow and are compacted, new prefills join into free slots. Every step is
-  // checked against attending over each row's whole history.
-  const Toy toy;
+namespace {
+
+// Beam-search-like churn: rows keep their slots, replicated rows get copies in freed ones,
+// the buffers grow and are compacted, new prefills join into free slots. Every step is
+// checked against attending over each row's whole history.
+void churn_rows(const Toy& toy) {
   std::mt19937 rng(7);
   std::vector<std::vector<int>> rows{{1, 2, 3}, {4, 5}, {6}};
   KvCache cache = prefill(toy, rows);
@@ -349,6 +361,13 @@ TEST_CASE("rows picked, replicated, dropped and joined at random keep their toke
   }
 }
 
+}  // namespace
+
+TEST_CASE("rows picked, replicated, dropped and joined at random keep their tokens",
+          "[numerics][kv_cache]") {
+  churn_rows(Toy());
+}
+
 TEST_CASE("append_rows joins cross-attention memories of different source lengths",
           "[numerics][kv_cache]") {
   const Toy toy;
@@ -369,11 +388,11 @@ TEST_CASE("append_rows joins cross-attention memories of different source length
   step(toy, cache, picked, {8, 9}, TokenRole::content, &picked_source);
 }
 
-TEST_CASE("split hands rows to a new cache that reads the same encoder memory",
-          "[numerics][kv_cache]") {
-  // Continuous batching: a batch of records is started at once (`started`) and handed out a
-  // few rows at a time to the cache being decoded (`decoding`); both keep decoding correctly.
-  const Toy toy;
+namespace {
+
+// Continuous batching: a batch of records is started at once (`started`) and handed out a
+// few rows at a time to the cache being decoded (`decoding`); both keep decoding correctly.
+void split_and_join(const Toy& toy) {
   std::vector<std::vector<int>> started_source{{30, 31}, {32, 33, 34}, {35}, {36, 37, 38, 39}};
   KvCache started = encode(toy, started_source);
   std::vector<std::vector<int>> started_rows(4);
@@ -448,4 +467,44 @@ TEST_CASE("split hands rows to a new cache that reads the same encoder memory",
   step(toy, pool, pool_rows, {5, 6, 7}, TokenRole::content, &pool_source);
   CHECK_THROWS_AS(decoding.split(std::vector<std::int32_t>{5}), RuntimeError);
   CHECK_THROWS_AS(decoding.split(std::vector<std::int32_t>{1, 1}), RuntimeError);
+}
+
+}  // namespace
+
+TEST_CASE("split hands rows to a new cache that reads the same encoder memory",
+          "[numerics][kv_cache]") {
+  split_and_join(Toy());
+}
+
+TEST_CASE("a bf16 cache holds keys and values in bf16 through select split and append_rows",
+          "[numerics][kv_cache]") {
+  struct Bf16Caches {  // the helpers' caches are bf16 for this test only
+    Bf16Caches() { g_kv_dtype = DType::bf16; }
+    ~Bf16Caches() { g_kv_dtype = DType::f32; }
+  } scope;
+  // Keys and values that bf16 holds exactly: every step equals the f32 reference, so each copy
+  // the cache makes (select, grow, split, append_rows) moved whole values.
+  const Toy exact(true);
+  churn_rows(exact);
+  split_and_join(exact);
+  // Others are rounded to nearest even when written and widened when read.
+  const Toy toy;
+  KvCache cache = prefill(Toy(true), {{1, 2, 3}});
+  CHECK(cache.dtype() == DType::bf16);
+  cache.begin_step(TokenRole::content);
+  for (int l = 0; l < kLayers; ++l) {
+    Tensor ks = Toy::gather(toy.k[l], {7}), vs = Toy::gather(toy.v[l], {7});
+    cache.write(l, seq_view(ks, 1), seq_view(vs, 1));
+    const Tensor want_k = Toy::round_trip_bf16(ks), want_v = Toy::round_trip_bf16(vs);
+    const SeqView k = cache.keys(l), v = cache.values(l);
+    const float* kr = k.row(0) + 3 * k.token_stride;
+    const float* vr = v.row(0) + 3 * v.token_stride;
+    CHECK(std::vector<float>(kr, kr + toy.kw) ==
+          std::vector<float>(want_k.f32(), want_k.f32() + toy.kw));
+    CHECK(std::vector<float>(vr, vr + toy.kw) ==
+          std::vector<float>(want_v.f32(), want_v.f32() + toy.kw));
+    CHECK(std::vector<float>(kr, kr + toy.kw) != std::vector<float>(ks.f32(), ks.f32() + toy.kw));
+  }
+  cache.end(true);
+  CHECK_THROWS_AS(KvCache(1, 1, 8, 1, DType::f16), RuntimeError);
 }

@@ -36,8 +36,11 @@ namespace masque {
 class BOOST_SYMBOL_VISIBLE KvCache {
  public:
   KvCache() = default;
-  // `rows` rows with no columns yet.
-  KvCache(std::int32_t layers, std::int32_t kv_heads, std::int32_t head_dim, std::int32_t rows);
+  // `rows` rows with no columns yet. `dtype`: what the self-attention keys and values are held
+  // in, f32 or bf16 (rounded to nearest even when written, widened to f32 for the kernel when
+  // read: half the memory of long contexts and large batches). Cross-attention memory is f32.
+  KvCache(std::int32_t layers, std::int32_t kv_heads, std::int32_t head_dim, std::int32_t rows,
+          DType dtype = DType::f32);
   KvCache(KvCache&&) noexcept = default;
   KvCache& operator=(KvCache&&) noexcept = default;
   KvCache(const KvCache&) = delete;  // copies are explicit: fork()
@@ -48,6 +51,7 @@ class BOOST_SYMBOL_VISIBLE KvCache {
   std::int32_t length() const { return length_; }    // kept columns
   std::int32_t pending() const { return pending_; }  // columns of the append in progress
   std::int64_t width() const { return width_; }      // kv_heads * head_dim
+  DType dtype() const { return dtype_; }
 
   // ---- appending ----------------------------------------------------------------------------
   // A prefilled batch: layout.length columns per row (layout.batch == rows()); ranks and roles
@@ -113,7 +117,8 @@ class BOOST_SYMBOL_VISIBLE KvCache {
   // memories (spares from 2L on).
   void join_tokens(const KvCache& other);
   void join_sources(const KvCache& other);
-  Tensor& spare_buffer(std::size_t i, Shape shape);  // spare_[i], resized
+  Tensor& spare_buffer(std::size_t i, Shape shape, DType dtype = DType::f32);  // spare_[i]
+  const float* widened(const Tensor& buffer, Tensor& out) const;  // bf16 -> f32 for the kernel
   void check_layer(std::int32_t layer, const char* what) const;
   void check_idle(const char* what) const;
   void note_kept(std::int32_t row, std::int32_t col);
@@ -123,6 +128,8 @@ class BOOST_SYMBOL_VISIBLE KvCache {
 
   std::int32_t layers_ = 0, rows_ = 0, length_ = 0, pending_ = 0, capacity_ = 0;
   std::int64_t width_ = 0;
+  DType dtype_ = DType::f32;
+  mutable Tensor widened_keys_, widened_values_;  // bf16 caches: what keys()/values() return
   std::int32_t window_ = 0;            // the prefill layout's sliding window, kept for the steps
   std::vector<Tensor> keys_, values_;  // per layer [token_slots_, capacity, width]
   std::vector<std::int32_t> slot_of_;  // per row: its slot in keys_/values_ (distinct)

@@ -14,17 +14,26 @@ namespace {
 
 constexpr std::int32_t kMinCapacity = 16;
 
-// Copies `columns` columns of `width` floats of every row from one [rows, cap, width] buffer to
-// another with a different capacity (or a different row order: new row r = old row from[r]);
-// with `first`, new row r's columns before first[r] (padding) are left as they are.
-void copy_rows(const float* src, std::int32_t src_cap, float* dst, std::int32_t dst_cap,
+// The bytes of element `i` of a token buffer (f32 or bf16).
+const std::byte* at(const Tensor& t, std::int64_t i) {
+  return static_cast<const std::byte*>(t.raw()) +
+         i * static_cast<std::int64_t>(dtype_size(t.dtype()));
+}
+std::byte* at(Tensor& t, std::int64_t i) {
+  return static_cast<std::byte*>(t.raw()) + i * static_cast<std::int64_t>(dtype_size(t.dtype()));
+}
+
+// Copies `columns` columns of `width` values of every row from one [rows, cap, width] buffer to
+// another of the same type with a different capacity (or a different row order: new row r = old
+// row from[r]); with `first`, new row r's columns before first[r] (padding) are left as they are.
+void copy_rows(const Tensor& src, std::int32_t src_cap, Tensor& dst, std::int32_t dst_cap,
                std::int64_t width, std::int32_t columns, std::span<const std::int32_t> from,
                std::span<const std::int32_t> first = {}) {
   for (std::size_t r = 0; r < from.size(); ++r) {
     const std::int64_t skip = first.empty() ? 0 : first[r] * width;
-    std::memcpy(dst + static_cast<std::int64_t>(r) * dst_cap * width + skip,
-                src + static_cast<std::int64_t>(from[r]) * src_cap * width + skip,
-                sizeof(float) * (columns * width - skip));
+    std::memcpy(at(dst, static_cast<std::int64_t>(r) * dst_cap * width + skip),
+                at(src, static_cast<std::int64_t>(from[r]) * src_cap * width + skip),
+                dtype_size(src.dtype()) * (columns * width - skip));
   }
 }
 
@@ -44,19 +53,19 @@ bool is_prefix(std::span<const std::int32_t> rows) {
   return true;
 }
 
-// Whether `t` (owned, not shared) can take `floats` floats without a new allocation.
-bool fits(const Tensor& t, std::int64_t floats) {
+// Whether `t` (owned, not shared) can take `values` values without a new allocation.
+bool fits(const Tensor& t, std::int64_t values) {
   return !t.empty() && !t.shares_buffer() &&
-         t.capacity() >= static_cast<std::size_t>(floats) * sizeof(float);
+         t.capacity() >= static_cast<std::size_t>(values) * dtype_size(t.dtype());
 }
 
-// Resizes `t` to `shape`; a new allocation gets half as many rows again in reserve, so that
-// continuous batching's next rows join in place.
-void reserve_rows(Tensor& t, Shape shape) {
-  if (!fits(t, num_elements(shape))) {
+// Resizes `t` to `shape` in `dtype`; a new allocation gets half as many rows again in reserve,
+// so that continuous batching's next rows join in place.
+void reserve_rows(Tensor& t, Shape shape, DType dtype = DType::f32) {
+  if (t.dtype() != dtype || !fits(t, num_elements(shape))) {
     Shape roomy = shape;
     roomy[0] += roomy[0] / 2;
-    t = Tensor(std::move(roomy));
+    t = Tensor(std::move(roomy), dtype);
   }
   t.resize(std::move(shape));
 }
@@ -70,8 +79,11 @@ std::vector<std::int32_t> identity(std::int32_t n) {
 }  // namespace
 
 KvCache::KvCache(std::int32_t layers, std::int32_t kv_heads, std::int32_t head_dim,
-                 std::int32_t rows)
-    : layers_(layers), rows_(rows), width_(std::int64_t{kv_heads} * head_dim) {
+                 std::int32_t rows, DType dtype)
+    : layers_(layers), rows_(rows), width_(std::int64_t{kv_heads} * head_dim), dtype_(dtype) {
+  if (dtype != DType::f32 && dtype != DType::bf16)
+    throw RuntimeError(std::string("KvCache: keys and values are held in f32 or bf16, not ") +
+                       to_string(dtype));
   if (layers <= 0 || kv_heads <= 0 || head_dim <= 0 || rows < 0)
     throw RuntimeError("KvCache: invalid dimensions (" + std::to_string(layers) + " layers, " +
                        std::to_string(kv_heads) + " kv heads of " + std::to_string(head_dim) +
@@ -107,9 +119,9 @@ void KvCache::reserve(std::int32_t columns) {
   for (auto* buffers : {&keys_, &values_}) {
     for (auto& buffer : *buffers) {
       Tensor grown;  // with spare slots for rows that select() replicates
-      reserve_rows(grown, {rows_, cap, width_});
+      reserve_rows(grown, {rows_, cap, width_}, dtype_);
       if (length_ > 0 && !buffer.empty())
-        copy_rows(buffer.f32(), capacity_, grown.f32(), cap, width_, length_, slot_of_);
+        copy_rows(buffer, capacity_, grown, cap, width_, length_, slot_of_);
       buffer = std::move(grown);
     }
   }
@@ -174,15 +186,32 @@ void KvCache::begin_step(TokenRole role, std::span<const std::int32_t> positions
 void KvCache::write(std::int32_t layer, SeqView k, SeqView v) {
   check_layer(layer, "write");
   if (pending_ == 0) throw RuntimeError("KvCache::write outside an append");
-  const std::size_t bytes = sizeof(float) * width_;
-  float* kd = keys_[layer].f32();
-  float* vd = values_[layer].f32();
-  for (std::int32_t b = 0; b < rows_; ++b)
-    for (std::int32_t t = 0; t < pending_; ++t) {
-      const std::int64_t at = (std::int64_t{slot_of_[b]} * capacity_ + length_ + t) * width_;
-      std::memcpy(kd + at, k.data + b * k.batch_stride + t * k.token_stride, bytes);
-      std::memcpy(vd + at, v.data + b * v.batch_stride + t * v.token_stride, bytes);
-    }
+  for (auto [buffer, view] : {std::pair{&keys_[layer], k}, std::pair{&values_[layer], v}})
+    for (std::int32_t b = 0; b < rows_; ++b)
+      for (std::int32_t t = 0; t < pending_; ++t) {
+        const std::int64_t i = (std::int64_t{slot_of_[b]} * capacity_ + length_ + t) * width_;
+        const float* from = view.data + b * view.batch_stride + t * view.token_stride;
+        if (dtype_ == DType::bf16)
+          round_to_bf16(from, width_, reinterpret_cast<std::uint16_t*>(at(*buffer, i)));
+        else
+          std::memcpy(at(*buffer, i), from, sizeof(float) * width_);
+      }
+}
+
+// bf16 keys or values widened to f32 for the kernel: each row's columns, kept and pending, in
+// its slot of `out` (the same strides as the cache's own buffers).
+const float* KvCache::widened(const Tensor& buffer, Tensor& out) const {
+  const std::int32_t columns = length_ + pending_;
+  if (out.dtype() != DType::f32 || !fits(out, std::int64_t{token_slots_} * capacity_ * width_))
+    out = Tensor({token_slots_, capacity_, width_});
+  else
+    out.resize({token_slots_, capacity_, width_});
+  for (std::int32_t b = 0; b < rows_; ++b) {
+    const std::int64_t first = std::int64_t{slot_of_[b]} * capacity_ * width_;
+    widen_bf16(reinterpret_cast<const std::uint16_t*>(at(buffer, first)), columns * width_,
+               out.f32() + first);
+  }
+  return out.f32();
 }
 
 MaskView KvCache::mask() const {
@@ -203,14 +232,20 @@ MaskView KvCache::mask() const {
 
 SeqView KvCache::keys(std::int32_t layer) const {
   check_layer(layer, "keys");
-  return {keys_[layer].empty() ? nullptr : keys_[layer].f32(), capacity_ * width_, width_,
-          slot_of_.data()};
+  const Tensor& t = keys_[layer];
+  const float* data = t.empty()               ? nullptr
+                      : dtype_ == DType::bf16 ? widened(t, widened_keys_)
+                                              : t.f32();
+  return {data, capacity_ * width_, width_, slot_of_.data()};
 }
 
 SeqView KvCache::values(std::int32_t layer) const {
   check_layer(layer, "values");
-  return {values_[layer].empty() ? nullptr : values_[layer].f32(), capacity_ * width_, width_,
-          slot_of_.data()};
+  const Tensor& t = values_[layer];
+  const float* data = t.empty()               ? nullptr
+                      : dtype_ == DType::bf16 ? widened(t, widened_values_)
+                                              : t.f32();
+  return {data, capacity_ * width_, width_, slot_of_.data()};
 }
 
 void KvCache::end(bool keep) {
@@ -335,6 +370,7 @@ KvCache KvCache::shaped_like(std::int32_t rows) const {
   c.capacity_ = capacity_;
   c.width_ = width_;
   c.window_ = window_;
+  c.dtype_ = dtype_;
   return c;
 }
 
@@ -410,11 +446,11 @@ void KvCache::assign_slots(std::span<const std::int32_t> rows) {
       const std::int64_t first = first_used_column(rows[i]);
       const std::int64_t from = (std::int64_t{slot_of_[rows[i]]} * capacity_ + first) * width_;
       const std::int64_t to = (std::int64_t{free[k]} * capacity_ + first) * width_;
-      const std::size_t bytes = sizeof(float) * (length_ - first) * width_;
+      const std::int64_t values = (length_ - first) * width_;
       for (auto* buffers : {&keys_, &values_})
         for (Tensor& buffer : *buffers)
-          if (!buffer.empty() && bytes > 0)
-            std::memcpy(buffer.f32() + to, buffer.f32() + from, bytes);
+          if (!buffer.empty() && values > 0)
+            std::memcpy(at(buffer, to), at(buffer, from), dtype_size(buffer.dtype()) * values);
     }
   }
   slot_of_ = std::move(slot);
@@ -423,17 +459,17 @@ void KvCache::assign_slots(std::span<const std::int32_t> rows) {
 void KvCache::grow_slots(std::int32_t slots) {
   if (slots <= token_slots_) return;
   const std::int32_t grown = std::max(slots, token_slots_ + token_slots_ / 2);
-  const std::int64_t floats = std::int64_t{grown} * capacity_ * width_;
+  const std::int64_t values = std::int64_t{grown} * capacity_ * width_;
   for (auto* buffers : {&keys_, &values_})
     for (Tensor& buffer : *buffers) {
       if (buffer.empty()) continue;
-      if (fits(buffer, floats)) {  // resize() keeps the contents within the allocation
+      if (fits(buffer, values)) {  // resize() keeps the contents within the allocation
         buffer.resize({grown, capacity_, width_});
         continue;
       }
       Tensor bigger;
-      reserve_rows(bigger, {grown, capacity_, width_});
-      copy_rows(buffer.f32(), capacity_, bigger.f32(), capacity_, width_, length_,
+      reserve_rows(bigger, {grown, capacity_, width_}, dtype_);
+      copy_rows(buffer, capacity_, bigger, capacity_, width_, length_,
                 identity(token_slots_));  // the kept columns only
       buffer = std::move(bigger);
     }
@@ -460,9 +496,8 @@ KvCache KvCache::split(std::span<const std::int32_t> rows) {
     for (const Tensor& buffer : *mine) {
       theirs->emplace_back();
       if (buffer.empty()) continue;
-      theirs->back() = Tensor({count, capacity_, width_});
-      copy_rows(buffer.f32(), capacity_, theirs->back().f32(), capacity_, width_, length_, slots,
-                from);
+      theirs->back() = Tensor({count, capacity_, width_}, dtype_);
+      copy_rows(buffer, capacity_, theirs->back(), capacity_, width_, length_, slots, from);
     }
   first.slot_of_ = identity(count);
   first.token_slots_ = token_slots_ > 0 ? count : 0;
@@ -524,9 +559,9 @@ void place_rows(const Tensor& src, std::span<const std::int32_t> from_slots, std
                 std::int64_t width) {
   if (src.empty() || columns <= 0) return;
   for (std::size_t r = 0; r < from_slots.size(); ++r)
-    std::memcpy(dst.f32() + (std::int64_t{to_slots[r]} * cap + at) * width,
-                src.f32() + (std::int64_t{from_slots[r]} * src_cap + from) * width,
-                sizeof(float) * columns * width);
+    std::memcpy(masque::at(dst, (std::int64_t{to_slots[r]} * cap + at) * width),
+                masque::at(src, (std::int64_t{from_slots[r]} * src_cap + from) * width),
+                dtype_size(src.dtype()) * columns * width);
 }
 
 // Slots `from` of `src` ([.., src_len, width]) into slots `to` of `dst` ([.., len, width]): the
@@ -546,17 +581,17 @@ void place_slots(const Tensor& src, std::span<const std::int32_t> from, std::int
 
 }  // namespace
 
-Tensor& KvCache::spare_buffer(std::size_t i, Shape shape) {
+Tensor& KvCache::spare_buffer(std::size_t i, Shape shape, DType dtype) {
   if (i >= spare_.size()) spare_.resize(i + 1);
-  reserve_rows(spare_[i], std::move(shape));
+  reserve_rows(spare_[i], std::move(shape), dtype);
   return spare_[i];
 }
 
 void KvCache::append_rows(KvCache&& other) {
   check_idle("append_rows");
   other.check_idle("append_rows");
-  if (other.layers_ != layers_ || other.width_ != width_)
-    throw RuntimeError("KvCache::append_rows: caches of different shapes (" +
+  if (other.layers_ != layers_ || other.width_ != width_ || other.dtype_ != dtype_)
+    throw RuntimeError("KvCache::append_rows: caches of different shapes or types (" +
                        std::to_string(layers_) + " x " + std::to_string(width_) + " and " +
                        std::to_string(other.layers_) + " x " + std::to_string(other.width_) + ")");
   join_tokens(other);
@@ -601,7 +636,7 @@ void KvCache::join_tokens(const KvCache& other) {
       if (in_place) {
         buffer->resize({slots, cap, width_});
       } else {
-        Tensor& joined = spare_buffer(spare++, {rows, cap, width_});
+        Tensor& joined = spare_buffer(spare++, {rows, cap, width_}, dtype_);
         place_rows(*buffer, slot_of_, capacity_, skip, mine, joined, identity(rows_), cap,
                    length - mine, width_);
         std::swap(*buffer, joined);

@@ -118,8 +118,10 @@ std::int32_t window_of(const StackSpec& stack) {
 }  // namespace
 
 TransformerModel::TransformerModel(TransformerSpec spec, const SafeTensors& checkpoint,
-                                   ModelTokens tokens, MatmulType matmul)
-    : spec_(std::move(spec)) {
+                                   ModelTokens tokens, MatmulType matmul, DType kv_cache)
+    : kv_cache_(kv_cache), spec_(std::move(spec)) {
+  if (kv_cache != DType::f32 && kv_cache != DType::bf16)
+    throw ConfigError(std::string("kv_cache_dtype: f32 or bf16, not ") + to_string(kv_cache));
   const WeightReader weights(checkpoint, matmul);
   if (spec_.encoder_decoder()) encoder_ = Stack(spec_.encoder, weights);
   decoder_ = Stack(spec_.decoder, weights);
@@ -302,7 +304,7 @@ std::unique_ptr<DecodeState> TransformerModel::start_decoder(const Batch& batch,
                                                              Tensor* logits) const {
   const AttentionSpec& a = spec_.decoder.blocks.front().attention;
   auto state = std::make_unique<State>(
-      KvCache(info_.num_layers, a.kv_heads, a.head_dim, std::max(batch.batch, 0)));
+      KvCache(info_.num_layers, a.kv_heads, a.head_dim, std::max(batch.batch, 0), kv_cache_));
   Workspace& ws = state->workspace;
   prepare(batch, decoder_, spec_.vocab_size, ws);
   state->cache.begin(batch.attention, ws.positions);
@@ -331,7 +333,7 @@ std::unique_ptr<DecodeState> TransformerModel::start_encoder_decoder(const Batch
     encoder_.finish(ws.hidden, ws.hidden);
   }
   const AttentionSpec& a = spec_.decoder.blocks.front().attention;
-  KvCache cache(info_.num_layers, a.kv_heads, a.head_dim, batch.batch);
+  KvCache cache(info_.num_layers, a.kv_heads, a.head_dim, batch.batch, kv_cache_);
   cache.set_source(batch.attention);
   if (any)
     for (std::int32_t l = 0; l < info_.num_layers; ++l)

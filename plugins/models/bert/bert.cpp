@@ -113,6 +113,7 @@ const masque::ParamSpec kParams[] = {
         "way; false never loads it"),
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
+    masque::models::kKvCacheDtypeParam,
     masque::models::kInitSeedParam,
 };
 

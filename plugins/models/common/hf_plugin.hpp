@@ -46,7 +46,8 @@ inline Plugin* build_model(transformer::TransformerSpec spec, const HfFolder& fo
   spec.initializer_range = folder.config.get_number("initializer_range", spec.initializer_range);
   if (folder.init_seed < 0)
     return new transformer::TransformerModel(std::move(spec), folder.weights, tokens,
-                                             matmul_dtype(params, &folder.weights, &folder.config));
+                                             matmul_dtype(params, &folder.weights, &folder.config),
+                                             kv_cache_dtype(params));
   train::ParameterSet initialised = train::ParameterSet::initialised(
       spec, spec.initializer_range, static_cast<std::uint64_t>(folder.init_seed));
   std::map<std::string, Tensor> fresh;
@@ -54,7 +55,8 @@ inline Plugin* build_model(transformer::TransformerSpec spec, const HfFolder& fo
   const SafeTensors weights = SafeTensors::held(
       std::move(fresh),
       folder.dir / ("(initialised from seed " + std::to_string(folder.init_seed) + ")"));
-  return new transformer::TransformerModel(std::move(spec), weights, tokens, matmul_dtype(params));
+  return new transformer::TransformerModel(std::move(spec), weights, tokens, matmul_dtype(params),
+                                           kv_cache_dtype(params));
 }
 
 // The required `path` parameter of a model plugin.

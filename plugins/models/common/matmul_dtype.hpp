@@ -45,6 +45,26 @@ inline constexpr ParamSpec kMatmulDtypeParam{
         "the format and its measured error",
     .choices = "auto|f32|bf16|int8|int4"};
 
+inline constexpr ParamSpec kKvCacheDtypeParam{
+    .name = "kv_cache_dtype",
+    .type = ParamType::string,
+    .default_value = "f32",
+    .help =
+        "what decoding holds self-attention keys and values in: f32 (exact), or bf16 for half "
+        "the cache memory of long contexts and large batches (rounded to nearest even when "
+        "written, widened to f32 when the attention reads them; logits move by about 1e-3 "
+        "relative; it saves memory, not time); the encoder memory of cross-attention stays f32",
+    .choices = "f32|bf16"};
+
+// The kv_cache_dtype parameter as a DType (f32 when the plugin was given none).
+inline DType kv_cache_dtype(const Params& params) {
+  if (!params.has("kv_cache_dtype")) return DType::f32;
+  const std::string v = params.get_string("kv_cache_dtype");
+  if (v == "bf16") return DType::bf16;
+  if (v == "f32") return DType::f32;
+  throw ConfigError("kv_cache_dtype: expected f32 or bf16, got '" + v + "'");
+}
+
 inline constexpr ParamSpec kInt4GroupParam{
     .name = "int4_group_size",
     .type = ParamType::integer,

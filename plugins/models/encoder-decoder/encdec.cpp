@@ -249,6 +249,7 @@ const masque::ParamSpec kParams[] = {
         "lm_head.weight)"),
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
+    masque::models::kKvCacheDtypeParam,
     masque::models::kInitSeedParam,
 };
 

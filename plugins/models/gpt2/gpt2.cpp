@@ -87,6 +87,7 @@ const masque::ParamSpec kParams[] = {
         "(eos_token_id) every id ends generation, the first is the model's eos"),
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
+    masque::models::kKvCacheDtypeParam,
     masque::models::kInitSeedParam,
 };
 

@@ -176,6 +176,7 @@ const masque::ParamSpec kParams[] = {
         "generate(), no bad_words_ids are applied: the pad id can be generated"),
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
+    masque::models::kKvCacheDtypeParam,
 };
 
 }  // namespace

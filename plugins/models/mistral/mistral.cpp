@@ -30,6 +30,7 @@ const masque::ParamSpec kParams[] = {
         "to query i only when rank(i) - rank(j) < sliding_window, under any mask"),
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
+    masque::models::kKvCacheDtypeParam,
     masque::models::kInitSeedParam,
 };
 

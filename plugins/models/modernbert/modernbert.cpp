@@ -145,6 +145,7 @@ const masque::ParamSpec kParams[] = {
         "loads it"),
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
+    masque::models::kKvCacheDtypeParam,
     masque::models::kInitSeedParam,
 };
 

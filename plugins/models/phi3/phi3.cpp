@@ -33,6 +33,7 @@ const masque::ParamSpec kParams[] = {
         "< sliding_window, under any mask"),
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
+    masque::models::kKvCacheDtypeParam,
     masque::models::kInitSeedParam,
 };
 

@@ -27,6 +27,7 @@ const masque::ParamSpec kParams[] = {
         "keys ranked less than sliding_window below the query"),
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
+    masque::models::kKvCacheDtypeParam,
     masque::models::kInitSeedParam,
 };
 

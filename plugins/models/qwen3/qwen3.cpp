@@ -30,6 +30,7 @@ const masque::ParamSpec kParams[] = {
         "sliding_attention) see only keys ranked less than sliding_window below the query"),
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
+    masque::models::kKvCacheDtypeParam,
     masque::models::kInitSeedParam,
 };
 

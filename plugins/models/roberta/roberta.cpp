@@ -108,6 +108,7 @@ const masque::ParamSpec kParams[] = {
         "sentence-transformers) loads as the encoder alone either way; false never loads it"),
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
+    masque::models::kKvCacheDtypeParam,
     masque::models::kInitSeedParam,
 };
 

@@ -200,6 +200,7 @@ const masque::ParamSpec kParams[] = {
         "Runs with the seq2seq task (encoder-decoder route)"),
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
+    masque::models::kKvCacheDtypeParam,
 };
 
 }  // namespace

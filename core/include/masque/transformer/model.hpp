@@ -30,9 +30,10 @@ struct ModelTokens {
 class BOOST_SYMBOL_VISIBLE TransformerModel final : public Model {
  public:
   // Builds the network from `spec`, reading every tensor it names from `checkpoint`; every
-  // matmul computes in `matmul` (LinearOptions::compute and, for int4, group_size).
+  // matmul computes in `matmul` (LinearOptions::compute and, for int4, group_size); decoding
+  // holds self-attention keys and values in `kv_cache` (f32 or bf16, KvCache).
   TransformerModel(TransformerSpec spec, const SafeTensors& checkpoint, ModelTokens tokens,
-                   MatmulType matmul = {});
+                   MatmulType matmul = {}, DType kv_cache = DType::f32);
   ~TransformerModel() override;
 
   const TransformerSpec& spec() const { return spec_; }
@@ -59,6 +60,7 @@ class BOOST_SYMBOL_VISIBLE TransformerModel final : public Model {
   const AttentionRecording* resolve(const AttentionRecording* asked,
                                     AttentionRecording& resolved) const;
 
+  DType kv_cache_ = DType::f32;
   TransformerSpec spec_;
   ModelInfo info_;
   Stack encoder_, decoder_;
