@@ -222,7 +222,6 @@ const ParamSpec kParams[] = {
         "(Gemma 2: 50 and 30 unless null) cap scores and logits as c * tanh(x / c)"),
     kMatmulDtypeParam,
     kInt4GroupParam,
-    kInt4GroupParam,
     kKvCacheDtypeParam,
     kInitSeedParam,
 };
