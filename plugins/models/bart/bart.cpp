@@ -52,6 +52,7 @@ const masque::ParamSpec kParams[] = {
         "when untied) or BartModel's (no model. prefix: loads without the head). Unlike HF's "
         "generate(), forced_eos_token_id is not applied at the length limit"),
     masque::models::bart::kForcedBosParam,
+    masque::models::kInitSeedParam,
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
 };

@@ -60,6 +60,7 @@ const masque::ParamSpec kParams[] = {
         "forced first token: forced_bos_token_id or a record's target prefix (e.g. the id of "
         "fra_Latn)"),
     masque::models::bart::kForcedBosParam,
+    masque::models::kInitSeedParam,
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
 };

@@ -54,6 +54,7 @@ const masque::ParamSpec kParams[] = {
         "without the head). Unlike HF's generate(), forced_eos_token_id is not applied at the "
         "length limit"),
     masque::models::bart::kForcedBosParam,
+    masque::models::kInitSeedParam,
     masque::models::kMatmulDtypeParam,
     masque::models::kInt4GroupParam,
 };
