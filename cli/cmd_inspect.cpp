@@ -169,6 +169,7 @@ json special_tokens_json(const ModelInfo& info, const Tokenizer* tokenizer) {
   add("eos", info.eos);
   add("pad", info.pad);
   add("decoder_start", info.decoder_start);
+  add("forced_bos", info.forced_bos);
   // The other ids that end generation (an eos_token_id list): end_1, end_2, ...
   for (std::size_t i = 1; i < info.end_ids.size(); ++i)
     add(("end_" + std::to_string(i)).c_str(), info.end_ids[i]);

@@ -1,8 +1,8 @@
-// Comparing encoder-decoder model plugins (t5, marian) with the float64 references that
-// t5_reference.py and marian_reference.py write (reference.json: per variant, pairs of a source
-// and a teacher-forced decoder input with the logits of every decoder position, and the greedy
-// and beam outputs of each source), through the Model contract (start encodes, step decodes on
-// the KV cache) and through the CLI's seq2seq task.
+// Comparing encoder-decoder model plugins (t5, marian, bart, mbart, m2m_100) with the float64
+// references that t5_reference.py, marian_reference.py and bart_reference.py write
+// (reference.json: per variant, pairs of a source and a teacher-forced decoder input with the
+// logits of every decoder position, and the greedy and beam outputs of each source), through the
+// Model contract (start encodes, step decodes on the KV cache) and through the CLI's seq2seq task.
 #pragma once
 
 #include <algorithm>
@@ -83,7 +83,8 @@ inline double teacher_forced_error(const Model& model, const std::vector<Pair>& 
   return worst;
 }
 
-// Greedy decoding of one source on the KV cache: argmax until eos (not output) or max_new.
+// Greedy decoding of one source on the KV cache: the model's forced first token (forced_bos)
+// if it has one, then argmax until eos (not output) or max_new tokens.
 inline std::vector<TokenId> greedy(const Model& model, const std::vector<TokenId>& source,
                                    int max_new) {
   auto state = model.start(source_batch({source}, model.info().pad), nullptr);
@@ -94,7 +95,8 @@ inline std::vector<TokenId> greedy(const Model& model, const std::vector<TokenId
     StepInput input;
     input.tokens = std::span(&next, 1);
     model.step(*state, input, logits);
-    next = top_ids(row_of(logits, 0), 1)[0];
+    next = step == 0 && model.info().forced_bos >= 0 ? model.info().forced_bos
+                                                     : top_ids(row_of(logits, 0), 1)[0];
     if (next == model.info().eos) break;
     out.push_back(next);
   }

@@ -36,6 +36,9 @@ struct ModelInfo {
   std::int32_t sliding_window = 0;
   // From the model's config; -1 when not given.
   TokenId bos = -1, eos = -1, pad = -1, decoder_start = -1;
+  // The first target token of every hypothesis after decoder_start, unless a record gives its
+  // own prefix (HF's forced_bos_token_id: mBART-50's and NLLB's target language); -1: none.
+  TokenId forced_bos = -1;
   // Attention heads of the decoder stack's self- and cross-attention, and whether forward() and
   // step() honour an AttentionRecording (0 / false: the model cannot show its attention).
   std::int32_t num_heads = 0;

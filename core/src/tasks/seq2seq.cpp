@@ -138,6 +138,8 @@ class Seq2SeqTask final : public Task {
     for (std::size_t i = 0; i < items.size(); ++i) {
       records[i].id = items[i]->record.id;
       records[i].prefix = static_cast<Seq2SeqInput*>(items[i]->data.get())->prefix;
+      if (records[i].prefix.empty() && model_.info().forced_bos >= 0)
+        records[i].prefix = {model_.info().forced_bos};
       records[i].constraint = constraint_;
       records[i].stops = static_cast<Seq2SeqInput*>(items[i]->data.get())->stops;
       if (vmap_) records[i].allowed = vmap_->allowed(source_pieces(*items[i]), records[i].prefix);

@@ -44,8 +44,8 @@ DropoutRates dropout_rates_of(const nlohmann::json& config, float override) {
     r.embedding = rate("embd_pdrop");
     r.residual = rate("resid_pdrop");
     r.attention = rate("attn_pdrop");
-  } else if (kind.find("encoder-decoder") != std::string::npos ||
-             config.contains("num_encoder_layers")) {
+  } else if (kind.find("encoder-decoder") != std::string::npos || kind == "bart" ||
+             kind == "mbart" || kind == "m2m_100" || config.contains("num_encoder_layers")) {
     r.embedding = r.residual = rate("dropout");
     r.attention = rate("attention_dropout");
     r.activation = rate("activation_dropout");

@@ -456,7 +456,7 @@ void Session::load_model() {
   if (!trainable)
     throw ConfigError("model plugin '" + std::string(d.name) +
                       "' is not trainable by masque train (trainable: bert, gpt2, llama, qwen2, "
-                      "encoder-decoder, rnn-seq2seq)");
+                      "encoder-decoder, bart, mbart, m2m_100, rnn-seq2seq)");
   const std::string pipeline_path = model.params.get_string("path");
   if (!options_.resume.empty()) {
     // A checkpoint is a model folder: the spec and the weights come from it.

@@ -144,7 +144,8 @@ TransformerModel::TransformerModel(TransformerSpec spec, const SafeTensors& chec
   // would read past the table.
   for (const auto& [name, id] : {std::pair{"bos_token_id", tokens.bos},
                                  {"eos_token_id", tokens.eos},
-                                 {"decoder_start_token_id", tokens.decoder_start}})
+                                 {"decoder_start_token_id", tokens.decoder_start},
+                                 {"forced_bos_token_id", tokens.forced_bos}})
     if (id >= spec_.vocab_size)
       throw ConfigError(spec_.architecture + ": " + name + " " + std::to_string(id) +
                         " (config.json or generation_config.json) is outside the vocabulary of " +
@@ -162,6 +163,7 @@ TransformerModel::TransformerModel(TransformerSpec spec, const SafeTensors& chec
   info_.eos = tokens.eos;
   info_.pad = tokens.pad;
   info_.decoder_start = tokens.decoder_start;
+  info_.forced_bos = tokens.forced_bos;
   if (!spec_.decoder.blocks.empty()) info_.num_heads = spec_.decoder.blocks.front().attention.heads;
   info_.records_attention = true;
 }

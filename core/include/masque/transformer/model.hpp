@@ -23,6 +23,7 @@ namespace masque::transformer {
 // The special tokens of the model's config (-1: none).
 struct ModelTokens {
   TokenId bos = -1, eos = -1, pad = -1, decoder_start = -1;
+  TokenId forced_bos = -1;  // ModelInfo::forced_bos
   // Ids besides eos that end a generated sequence (ModelInfo::end_ids).
   std::vector<TokenId> other_end_ids{};
 };
