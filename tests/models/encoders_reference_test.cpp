@@ -37,25 +37,6 @@ LoadedPlugin<Model> load_encoder(const std::string& name, bool head) {
   return load_plugin<Model>("model", plugin, params);
 }
 
-// Largest |x - want| over rows [first, first + want.size()) of `values` ([rows, width]).
-double error(const Tensor& values, std::int64_t first, const json& want) {
-  double worst = 0;
-  for (std::size_t t = 0; t < want.size(); ++t) {
-    const auto row = row_of(values, first + static_cast<std::int64_t>(t));
-    const auto expected = want[t].get<std::vector<double>>();
-    REQUIRE(row.size() == expected.size());
-    for (std::size_t v = 0; v < expected.size(); ++v)
-      worst = std::max(worst, std::abs(row[v] - expected[v]));
-  }
-  return worst;
-}
-
-std::vector<std::vector<TokenId>> sequences(const json& variant) {
-  std::vector<std::vector<TokenId>> out;
-  for (const auto& s : variant["sequences"]) out.push_back(s["ids"].get<std::vector<TokenId>>());
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("roberta and distilbert: masked-LM logits match the float64 reference",
@@ -70,16 +51,16 @@ TEST_CASE("roberta and distilbert: masked-LM logits match the float64 reference"
       // RoBERTa's rows are numbered from padding_idx + 1 = 2: 18 of the table's 20 are usable.
       CHECK(model->info().max_positions == (roberta ? 18 : 20));
       auto mask = load_mask("bidirectional");
-      const auto rows = sequences(variant);
+      const auto rows = sequence_ids(variant);
       const Batch batch = make_batch(*mask, rows, 1, 0);
       const ForwardResult all = model->forward(batch);
       double worst = 0;
       for (std::size_t b = 0; b < rows.size(); ++b) {
         const auto& want = variant["sequences"][b]["logits"];
-        worst =
-            std::max(worst, error(all.logits, static_cast<std::int64_t>(b) * batch.length, want));
-        worst =
-            std::max(worst, error(model->forward(make_batch(*mask, {rows[b]})).logits, 0, want));
+        worst = std::max(
+            worst, max_row_error(all.logits, static_cast<std::int64_t>(b) * batch.length, want));
+        worst = std::max(
+            worst, max_row_error(model->forward(make_batch(*mask, {rows[b]})).logits, 0, want));
       }
       CHECK(worst < kTol);
     }
@@ -92,15 +73,15 @@ TEST_CASE("roberta: an XLMRobertaModel folder's hidden states match the referenc
   // A folder without lm_head.* loads as the encoder alone, with the head asked for or not.
   auto model = load_encoder("xlmr-model", true);
   auto mask = load_mask("bidirectional");
-  const auto rows = sequences(variant);
+  const auto rows = sequence_ids(variant);
   Batch batch = make_batch(*mask, rows, 1, 0);
   batch.want_hidden = true;
   batch.want_logits = false;
   const ForwardResult all = model->forward(batch);
   double worst = 0;
   for (std::size_t b = 0; b < rows.size(); ++b)
-    worst = std::max(worst, error(all.hidden, static_cast<std::int64_t>(b) * batch.length,
-                                  variant["sequences"][b]["hidden"]));
+    worst = std::max(worst, max_row_error(all.hidden, static_cast<std::int64_t>(b) * batch.length,
+                                          variant["sequences"][b]["hidden"]));
   CHECK(worst < kTol);
 }
 
@@ -113,15 +94,15 @@ TEST_CASE("roberta and distilbert: classifier folders' labels match the referenc
       auto model = load_encoder(name, true);
       CHECK(model->info().vocab_size == 3);
       auto mask = load_mask("bidirectional");
-      const auto rows = sequences(variant);
+      const auto rows = sequence_ids(variant);
       Batch batch = make_batch(*mask, rows, 1, 0);
       for (std::size_t b = 0; b < rows.size(); ++b)
         batch.output_rows.push_back(static_cast<std::int32_t>(b) * batch.length);  // <s> / [CLS]
       const ForwardResult all = model->forward(batch);
       double worst = 0;
       for (std::size_t b = 0; b < rows.size(); ++b)
-        worst = std::max(worst, error(all.logits, static_cast<std::int64_t>(b),
-                                      json::array({variant["sequences"][b]["labels"]})));
+        worst = std::max(worst, max_row_error(all.logits, static_cast<std::int64_t>(b),
+                                              json::array({variant["sequences"][b]["labels"]})));
       CHECK(worst < kTol);
     }
   }

@@ -29,25 +29,6 @@ const json& reference() {
   return ref;
 }
 
-std::vector<std::vector<TokenId>> sequences(const json& variant) {
-  std::vector<std::vector<TokenId>> out;
-  for (const auto& s : variant["sequences"]) out.push_back(s["ids"].get<std::vector<TokenId>>());
-  return out;
-}
-
-// Largest |logit - reference| over every position of row b of `logits` ([B*T, V]).
-double row_error(const Tensor& logits, std::int32_t b, std::int32_t length, const json& expected) {
-  double worst = 0;
-  for (std::size_t t = 0; t < expected.size(); ++t) {
-    const auto row = row_of(logits, b * length + static_cast<std::int64_t>(t));
-    const auto want = expected[t].get<std::vector<double>>();
-    REQUIRE(row.size() == want.size());
-    for (std::size_t v = 0; v < want.size(); ++v)
-      worst = std::max(worst, std::abs(row[v] - want[v]));
-  }
-  return worst;
-}
-
 Params window_params(std::int64_t window) {
   Params p;
   p.set("window", window);
@@ -66,7 +47,7 @@ TEST_CASE("gemma: logits match the float64 reference alone and right-padded in a
       const json& variant = reference()[name];
       auto model = load_model("gemma", kFixture / name);
       CHECK(model->info().sliding_window == variant["sliding_window"].get<std::int32_t>());
-      const auto rows = sequences(variant);
+      const auto rows = sequence_ids(variant);
       const Batch batch = make_batch(*causal, rows, 7, 3);  // pads must change nothing
       const ForwardResult all = model->forward(batch);
       const Batch narrow_batch = make_batch(*windowed, rows);
@@ -75,13 +56,13 @@ TEST_CASE("gemma: logits match the float64 reference alone and right-padded in a
       for (std::size_t b = 0; b < rows.size(); ++b) {
         const auto row = static_cast<std::int32_t>(b);
         const json& expected = variant["sequences"][b];
-        worst = std::max(worst, row_error(all.logits, row, batch.length, expected["logits"]));
+        worst = std::max(
+            worst, max_row_error(all.logits, std::int64_t{row} * batch.length, expected["logits"]));
         const ForwardResult alone = model->forward(make_batch(*causal, {rows[b]}));
-        worst =
-            std::max(worst, row_error(alone.logits, 0, static_cast<std::int32_t>(rows[b].size()),
-                                      expected["logits"]));
-        worst_window3 = std::max(worst_window3, row_error(narrow.logits, row, narrow_batch.length,
-                                                          expected["window3_logits"]));
+        worst = std::max(worst, max_row_error(alone.logits, 0, expected["logits"]));
+        worst_window3 = std::max(
+            worst_window3, max_row_error(narrow.logits, std::int64_t{row} * narrow_batch.length,
+                                         expected["window3_logits"]));
       }
       INFO("max |logit - reference| " << worst << ", under windowed-causal 3 " << worst_window3);
       CHECK(worst < kTol);

@@ -51,6 +51,27 @@ inline std::span<const float> row_of(const Tensor& logits, std::int64_t row) {
   return {logits.f32() + row * vocab, static_cast<std::size_t>(vocab)};
 }
 
+// Largest |x - want| over rows [first, first + want.size()) of `values` ([rows, width]): a
+// generated reference's rows (logits or hidden states) against the model's.
+inline double max_row_error(const Tensor& values, std::int64_t first, const nlohmann::json& want) {
+  double worst = 0;
+  for (std::size_t t = 0; t < want.size(); ++t) {
+    const auto row = row_of(values, first + static_cast<std::int64_t>(t));
+    const auto expected = want[t].get<std::vector<double>>();
+    REQUIRE(row.size() == expected.size());
+    for (std::size_t v = 0; v < expected.size(); ++v)
+      worst = std::max(worst, std::abs(row[v] - expected[v]));
+  }
+  return worst;
+}
+
+// The "ids" of each of a generated reference variant's "sequences".
+inline std::vector<std::vector<TokenId>> sequence_ids(const nlohmann::json& variant) {
+  std::vector<std::vector<TokenId>> out;
+  for (const auto& s : variant["sequences"]) out.push_back(s["ids"].get<std::vector<TokenId>>());
+  return out;
+}
+
 // Compares `rows` (one logits row per position of the sequence) with a reference Seq whose
 // positions carry `top` ("top10" / "top5") ids and logits. Checks the top-k id order where the
 // reference's gap leaves no room for float32 reordering (gap > order_gap).

@@ -27,19 +27,6 @@ const json& reference() {
   return ref;
 }
 
-// Largest |x - want| over rows [first, first + want.size()) of `values` ([rows, width]).
-double error(const Tensor& values, std::int64_t first, const json& want) {
-  double worst = 0;
-  for (std::size_t t = 0; t < want.size(); ++t) {
-    const auto row = row_of(values, first + static_cast<std::int64_t>(t));
-    const auto expected = want[t].get<std::vector<double>>();
-    REQUIRE(row.size() == expected.size());
-    for (std::size_t v = 0; v < expected.size(); ++v)
-      worst = std::max(worst, std::abs(row[v] - expected[v]));
-  }
-  return worst;
-}
-
 // The folder with its head asked for (a folder without one loads as the encoder alone).
 LoadedPlugin<Model> load_modernbert(const std::string& name) {
   Params params;
@@ -75,8 +62,9 @@ TEST_CASE("modernbert: logits and hidden states match the float64 reference alon
       double worst = 0;
       for (std::size_t b = 0; b < rows.size(); ++b) {
         const json& want = variant["sequences"][b]["output"];
-        worst = std::max(worst, error(all, static_cast<std::int64_t>(b) * batch.length, want));
-        worst = std::max(worst, error(run(make_batch(*mask, {rows[b]})), 0, want));
+        worst =
+            std::max(worst, max_row_error(all, static_cast<std::int64_t>(b) * batch.length, want));
+        worst = std::max(worst, max_row_error(run(make_batch(*mask, {rows[b]})), 0, want));
       }
       INFO("max |output - reference| " << worst);
       CHECK(worst < kTol);
