@@ -10,7 +10,6 @@
 namespace masque::bart {
 
 using namespace transformer;
-using models::positive;
 
 TransformerSpec read_spec(const JsonConfig& config, const SafeTensors& w) {
   static constexpr models::bart::Family kBart{.architecture = "bart",
@@ -19,15 +18,7 @@ TransformerSpec read_spec(const JsonConfig& config, const SafeTensors& w) {
                                               .embedding_norm = true,
                                               .final_norm = false,
                                               .scale_embedding = false};
-  const std::int32_t d = positive(config, "d_model", "hidden_size");
-  const std::int32_t max_positions = positive(config, "max_position_embeddings", {}, 1024);
-  // BartLearnedPositionalEmbedding: position t reads row t + 2 of embed_positions.
-  return models::bart::read_spec(config, w, kBart, [&](const std::string& stack) {
-    return PositionSpec{.kind = PositionKind::learned,
-                        .max_positions = max_positions,
-                        .table = {stack + "embed_positions.weight", {max_positions + 2, d}},
-                        .offset = 2};
-  });
+  return models::bart::read_spec(config, w, kBart, models::bart::offset_positions(config));
 }
 
 }  // namespace masque::bart

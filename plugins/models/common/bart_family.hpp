@@ -139,6 +139,20 @@ transformer::TransformerSpec read_spec(const JsonConfig& config, const SafeTenso
   return s;
 }
 
+// BART's and mBART's learned positions (Bart/MBartLearnedPositionalEmbedding): a table of
+// max_position_embeddings + 2 rows per stack, position t at row t + 2.
+inline auto offset_positions(const JsonConfig& config) {
+  const std::int32_t d = positive(config, "d_model", "hidden_size");
+  const std::int32_t max_positions = positive(config, "max_position_embeddings", {}, 1024);
+  return [=](const std::string& stack) {
+    return transformer::PositionSpec{
+        .kind = transformer::PositionKind::learned,
+        .max_positions = max_positions,
+        .table = {stack + "embed_positions.weight", {max_positions + 2, d}},
+        .offset = 2};
+  };
+}
+
 inline TokenId vocab_id(const JsonConfig& config, std::string_view key, TokenId fallback,
                         std::int32_t vocab) {
   const TokenId id = first_id(config, key, fallback);

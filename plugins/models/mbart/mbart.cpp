@@ -10,7 +10,6 @@
 namespace masque::mbart {
 
 using namespace transformer;
-using models::positive;
 
 TransformerSpec read_spec(const JsonConfig& config, const SafeTensors& w) {
   static constexpr models::bart::Family kMbart{.architecture = "mbart",
@@ -19,15 +18,7 @@ TransformerSpec read_spec(const JsonConfig& config, const SafeTensors& w) {
                                                .embedding_norm = true,
                                                .final_norm = true,
                                                .scale_embedding = false};
-  const std::int32_t d = positive(config, "d_model", "hidden_size");
-  const std::int32_t max_positions = positive(config, "max_position_embeddings", {}, 1024);
-  // MBartLearnedPositionalEmbedding: position t reads row t + 2 of embed_positions.
-  return models::bart::read_spec(config, w, kMbart, [&](const std::string& stack) {
-    return PositionSpec{.kind = PositionKind::learned,
-                        .max_positions = max_positions,
-                        .table = {stack + "embed_positions.weight", {max_positions + 2, d}},
-                        .offset = 2};
-  });
+  return models::bart::read_spec(config, w, kMbart, models::bart::offset_positions(config));
 }
 
 }  // namespace masque::mbart
