@@ -3,7 +3,9 @@
 // — the most confident ones (low-confidence remasking) or a seeded random choice — with each
 // slot's best token (or a seeded sample). The slots fall into blocks by the mask's ranks (runs
 // of equal rank): bidirectional is one block, block-causal its blocks, unmasked one after
-// another, each seeing the source and the finished blocks only. The task `diffusion-generate`
+// another, each seeing the source and the finished blocks only. Every step runs a full
+// forward of that prefix: the finished blocks are recomputed, not cached (Model::step appends
+// one token per row, and a block needs several that see each other). The task `diffusion-generate`
 // runs it over a corpus; tests drive it directly.
 #pragma once
 
