@@ -5,7 +5,8 @@
 # and the hypotheses stay in data/g2p/ (git-ignored).
 #
 #   scripts/g2p.sh MODEL [masque train options...]
-#     MODEL  unilm | causal | plm | encdec | rnn      (pipelines/train-g2p-MODEL.yaml)
+#     MODEL  unilm | causal | plm | encdec | rnn | diffusion | block-diffusion
+#            (pipelines/train-g2p-MODEL.yaml)
 #   e.g. scripts/g2p.sh unilm --threads 2
 #        scripts/g2p.sh causal --threads 2 --set task.max_minutes=10
 #
@@ -22,7 +23,11 @@ case $model in
   encdec) mask=(); pipeline=$root/pipelines/g2p-encdec.yaml ;;
   rnn) mask=(); pipeline=$root/pipelines/g2p-rnn.yaml ;;
   plm) mask=(); pipeline=$root/pipelines/g2p-plm.yaml ;;
-  *) echo "usage: scripts/g2p.sh unilm|causal|plm|encdec|rnn [masque train options...]" >&2; exit 2 ;;
+  diffusion) mask=(); pipeline=$root/pipelines/g2p-diffusion.yaml ;;
+  block-diffusion)
+    mask=(--set mask.plugin=block-causal --set mask.block_size=4)
+    pipeline=$root/pipelines/g2p-diffusion.yaml ;;
+  *) echo "usage: scripts/g2p.sh unilm|causal|plm|encdec|rnn|diffusion|block-diffusion [masque train options...]" >&2; exit 2 ;;
 esac
 shift
 [[ -x $masque ]] || { echo "g2p: $masque is not built (scripts/setup.sh)" >&2; exit 2; }
@@ -49,11 +54,17 @@ if [[ $model == plm ]]; then
   decodings=(greedy beam4 confidence.greedy confidence.beam4)
   field=infill
 fi
+# The diffusion models at several step counts T: every slot at once (T1) ... one per step (Tall).
+if [[ $model == *diffusion ]]; then
+  decodings=(T1 T2 T4 Tall)
+fi
 
 for decoding in "${decodings[@]}"; do
   sets=(--set "model.path=$run/best" --set "tokenizer.path=$run/best" "${mask[@]}")
   [[ $decoding == *beam4 ]] && sets+=(--set decoder.plugin=beam --set decoder.beam_size=4)
   [[ $decoding == confidence.* ]] && sets+=(--set task.order_by=confidence)
+  [[ $decoding == T[0-9]* ]] && sets+=(--set "task.steps=${decoding#T}")
+  [[ $decoding == Tall ]] && sets+=(--set task.steps=0)
   start=$(date +%s.%N)
   "$masque" run "$pipeline" "${sets[@]}" -i "$inputs" -o "$data/eval/$model.$decoding.jsonl"
   end=$(date +%s.%N)

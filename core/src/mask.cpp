@@ -9,8 +9,7 @@ bool SequenceMask::allowed(std::size_t i, std::size_t j) const {
   const std::size_t n = rank.size();
   if (!dense.empty()) return dense[i * n + j] != 0;
   if (i == j) return true;
-  return role[j] == TokenRole::content && rank[j] <= rank[i] &&
-         (window <= 0 || rank[i] - rank[j] < window);
+  return rank_rule_allows(role[i], rank[i], role[j], rank[j], window);
 }
 
 void AttentionLayout::reset(std::int32_t b, std::int32_t t) {
@@ -45,8 +44,7 @@ void AttentionLayout::set_row(std::int32_t b, const SequenceMask& mask) {
           for (std::size_t j = 0; j < T; ++j) {
             const std::size_t bi = r * T + i, bj = r * T + j;
             bool ok = role[bj] != TokenRole::pad && role[bi] != TokenRole::pad &&
-                      (i == j || (role[bj] == TokenRole::content && rank[bj] <= rank[bi] &&
-                                  (window <= 0 || rank[bi] - rank[bj] < window)));
+                      (i == j || rank_rule_allows(role[bi], rank[bi], role[bj], rank[bj], window));
             dense[r * T * T + i * T + j] = ok;
           }
       }
@@ -69,8 +67,7 @@ bool AttentionLayout::allowed(std::int32_t b, std::int32_t i, std::int32_t j) co
   if (role[bj] == TokenRole::pad || role[bi] == TokenRole::pad) return false;
   if (!dense.empty()) return dense[b * T * T + i * T + j] != 0;
   if (i == j) return true;
-  return role[bj] == TokenRole::content && rank[bj] <= rank[bi] &&
-         (window <= 0 || rank[bi] - rank[bj] < window);
+  return rank_rule_allows(role[bi], rank[bi], role[bj], rank[bj], window);
 }
 
 }  // namespace masque

@@ -344,7 +344,9 @@ TEST_CASE("inspect: tasks that cannot run for one reason share a line", "[e2e][i
     for (auto at = r.out.find(text); at != std::string::npos; at = r.out.find(text, at + 1)) ++n;
     return n;
   };
-  CHECK(count("not runnable    classify, embed, fill, forward, lm-generate, lm-score, ") == 1);
+  CHECK(
+      count("not runnable    classify, diffusion-generate, embed, fill, forward, lm-generate, ") ==
+      1);
   CHECK(count("(found: config.json, model.safetensors)") == 1);
   CHECK_THAT(r.out, Catch::Contains("tasks           (none)"));
 }

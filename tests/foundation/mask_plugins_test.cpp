@@ -187,3 +187,34 @@ TEST_CASE("block-causal: a seq2seq source is one block of its own", "[mask]") {
   CHECK_THROWS_WITH(blocks.mask->build(request),
                     Catch::Contains("a source token (segment 0) after the target"));
 }
+
+TEST_CASE("block-causal: the query stream is BD3-LM's noised copy of the target", "[mask]") {
+  auto blocks = load("block-causal", {{"block_size", "2"}});
+  const std::vector<std::int32_t> segments = {0, 0, 1, 1, 1};
+  MaskRequest request;
+  request.length = 5;
+  request.segments = segments;
+  request.query_stream = true;
+  const SequenceMask m = blocks.mask->build(request);
+  // Tokens: source 0-1, clean blocks {2, 3} and {4}, then their copies 5-6 and 7.
+  CHECK(m.query_positions == std::vector<std::int32_t>{2, 3, 4});
+  CHECK(m.rank == std::vector<std::int32_t>{0, 0, 1, 1, 2, 0, 0, 1});
+  CHECK(m.role[5] == TokenRole::block_query);
+  // A copy sees the source, the clean blocks before its own and its own block's copies; no
+  // clean token sees a copy.
+  CHECK(pattern(m) == std::vector<std::string>{"11000000", "11000000", "11110000", "11110000",
+                                               "11111000", "11000110", "11000110", "11110001"});
+  // Without segments every token has a copy; the first block's copies see only each other.
+  MaskRequest text;
+  text.length = 3;
+  text.query_stream = true;
+  CHECK(pattern(blocks.mask->build(text)) ==
+        std::vector<std::string>{"110000", "110000", "111000", "000110", "000110", "110001"});
+  // The padded batch layout evaluates the same rule.
+  AttentionLayout layout;
+  layout.reset(1, 9);
+  layout.set_row(0, m);
+  for (std::int32_t i = 0; i < 9; ++i)
+    for (std::int32_t j = 0; j < 9; ++j)
+      CHECK(layout.allowed(0, i, j) == (i < 8 && j < 8 && m.allowed(i, j)));
+}

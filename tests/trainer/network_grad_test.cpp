@@ -37,7 +37,8 @@ void check_gradients(LoadedModel& m, const TrainingBatch& batch, Json plan,
               logits);
   Tensor dlogits;
   const CrossEntropyResult ce =
-      cross_entropy(logits, batch.labels, static_cast<double>(batch.labels.size()), {}, &dlogits);
+      cross_entropy(logits, batch.labels, static_cast<double>(batch.count()),
+                    {.weights = batch.weights}, &dlogits);
   CHECK(ce.loss == Approx(ref.steps.at(0).at("loss").get<double>()).epsilon(1e-6));
   m.params.zero_grads();
   net.backward(*tape, dlogits);
@@ -80,6 +81,27 @@ TEST_CASE("gradients: BERT under the seq2seq (UniLM) and causal masks, objective
 
 TEST_CASE("gradients: BERT under the permutation mask with its query stream, objective plm") {
   check_case(plm_case());
+}
+
+// The reference draws the noise itself from the seed, epoch and line (docs/training.md), so the
+// objective's corruption, its 1/t weights, its divisor and the BD3-LM layout (a noised copy
+// seeing its own block and the clean blocks before it) are all checked.
+TEST_CASE(
+    "gradients: BERT under the bidirectional and block-causal masks with objective diffusion") {
+  for (const char* mask : {"bidirectional", "block-causal"}) {
+    for (int slack : {-1, 2}) {
+      Case c = diffusion_case(mask, 4, slack);
+      c.name += "-slack" + std::to_string(slack);
+      LoadedModel m = load_model(c.plugin, c.folder);
+      CaseObjective o = make_objective(c, m.model->info());
+      const TrainingBatch batch = o.objective->lay_out(pointers(c.examples), 0);
+      INFO(c.name);
+      REQUIRE(!batch.rows.empty());
+      REQUIRE(batch.weights.size() == batch.rows.size());
+      CHECK(batch.count() > static_cast<std::int64_t>(batch.rows.size()) / 2);
+      check_gradients(m, batch, c.plan, c.name);
+    }
+  }
 }
 
 TEST_CASE("gradients: GPT-2 and Llama under the causal mask, objective causal-lm") {

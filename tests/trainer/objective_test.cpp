@@ -293,3 +293,59 @@ TEST_CASE("objective: what a step could not lay out is refused when the record i
       plm.prepare(record(0, {{"text", "a b c"}, {"order", nlohmann::json::array({4, 1, 3, 0, 2})}}))
           .order.size() == 5);
 }
+
+TEST_CASE("objective diffusion: slots after the source noised per record whatever the batch") {
+  auto tok = letters();
+  auto bidirectional = load_mask("bidirectional");
+  Objective objective({.kind = ObjectiveKind::diffusion, .plm_target_slack = 1, .seed = 4}, *tok,
+                      nullptr, {.inputs = bidirectional.get()}, bert_like());
+  // `a b c` + `x y`: 3 + 1 slots, the last a [SEP] filler; no final [SEP].
+  Example e = objective.prepare(record(0, {{"source", "a b c"}, {"target", "x y"}}));
+  CHECK(e.ids == std::vector<TokenId>{2, 5, 6, 7, 3, 9, 10, 3, 3});
+  CHECK(e.segments == std::vector<std::int32_t>{0, 0, 0, 0, 0, 1, 1, 1, 1});
+  CHECK_THROWS_WITH(objective.prepare(record(1, {{"source", "a"}, {"target", "x y z"}})),
+                    Catch::Contains("target longer than its slots"));
+  Example other = objective.prepare(record(1, {{"source", "d"}, {"target", "z"}}));
+  // Over a few lines some slots are masked and some not; the rows are masked slots only, each
+  // fed [MASK] and weighted 1 / t (one t per record), and every slot counts in the divisor.
+  bool some_kept = false;
+  for (std::uint64_t line = 1; line <= 6; ++line) {
+    e.line = line;
+    other.line = 100 + line;
+    const Example* both[] = {&e, &other};
+    const TrainingBatch b = objective.lay_out(both, 0);
+    CHECK(b.count() == 4 + 2);
+    REQUIRE(b.weights.size() == b.rows.size());
+    for (std::size_t k = 0; k < b.rows.size(); ++k) {
+      CHECK(b.inputs.ids[static_cast<std::size_t>(b.rows[k])] == 4);
+      CHECK(b.weights[k] >= 1.0);
+      CHECK(b.weights[k] <= 1000.0 + 1e-9);
+    }
+    for (std::size_t p = 5; p < 9; ++p) some_kept = some_kept || b.inputs.ids[p] == e.ids[p];
+    // Alone in a batch the record is noised the same way; in another epoch differently.
+    const Example* alone[] = {&e};
+    const TrainingBatch a = objective.lay_out(alone, 0);
+    CHECK(std::vector<TokenId>(a.inputs.ids.begin(), a.inputs.ids.begin() + 9) ==
+          std::vector<TokenId>(b.inputs.ids.begin(), b.inputs.ids.begin() + 9));
+  }
+  CHECK(some_kept);
+  // Under block-causal the slots stay clean and the noise goes into the copy.
+  auto blocks = load_mask("block-causal");
+  Objective bd3({.kind = ObjectiveKind::diffusion, .plm_target_slack = 1, .seed = 4}, *tok, nullptr,
+                {.inputs = blocks.get()}, bert_like());
+  e.line = 3;
+  const Example* one[] = {&e};
+  const TrainingBatch c = bd3.lay_out(one, 0);
+  REQUIRE(c.inputs.length == 13);
+  CHECK(std::vector<TokenId>(c.inputs.ids.begin(), c.inputs.ids.begin() + 9) == e.ids);
+  CHECK(row_of(c.inputs.positions, 0, 13, 13) ==
+        std::vector<std::int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 5, 6, 7, 8});
+  for (std::int32_t row : c.rows) CHECK(row >= 9);
+  // Any mask without a query stream noises in place; eps must leave t in (eps, 1].
+  auto causal = load_mask("causal");
+  CHECK_NOTHROW(Objective({.kind = ObjectiveKind::diffusion}, *tok, nullptr,
+                          {.inputs = causal.get()}, bert_like()));
+  CHECK_THROWS_WITH(Objective({.kind = ObjectiveKind::diffusion, .diffusion_eps = 1}, *tok, nullptr,
+                              {.inputs = bidirectional.get()}, bert_like()),
+                    Catch::Contains("task.diffusion_eps"));
+}

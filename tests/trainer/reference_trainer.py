@@ -22,17 +22,20 @@ Usage:
     reference_trainer.py --check-forward      # the models against ../shared's references
 
 PLAN.json:
-    {"model": "FOLDER", "objective": "causal-lm" | "seq2seq" | "plm" | "given",
-     "mask": "causal" | "seq2seq" | "bidirectional",          (seq2seq: which mask teaches)
+    {"model": "FOLDER", "objective": "causal-lm" | "seq2seq" | "plm" | "diffusion" | "given",
+     "mask": "causal" | "seq2seq" | "bidirectional" | "block-causal",   (which mask teaches)
      "examples": [{"ids": [...]} | {"source": [...], "target": [...]} (+ "order": [...])],
      "batch_size": 4, "accumulation": 1, "steps": 200, "dtype": "float32" | "float64",
      "lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01,
      "schedule": "linear" | "constant" | "cosine", "warmup_steps": 0,
      "max_grad_norm": 1.0 (0: no clipping), "label_smoothing": 0.0,
      "plm_predict": K (the last K positions of the order are predicted),
+     "seed": 0, "diffusion_eps": 1e-3, "block_size": 4, "plm_target_slack": -1 (diffusion),
      "special": {"cls": 101, "sep": 102, "mask": 103},
      "dropout_masks": "MASKS.safetensors" (optional)}
 Examples are token ids; batches are examples kN .. kN+N-1 in order, cycling over epochs.
+Objective "diffusion": examples {"source", "target", "line"}; the noise is drawn here from the
+seed, epoch and line by docs/training.md's definition (SplitMix64, as masque/random.hpp).
 Objective "given": each example is a micro-batch laid out by the caller (see given_layout), for
 layouts with randomness of their own (mlm's corruption).
 Dropout masks: factors (0 or 1 / (1 - p)) by site, in the padded layout of the (single) batch,
@@ -88,15 +91,43 @@ def read_safetensors(path):
 
 # ---- the mask rule ----------------------------------------------------------------------------
 
-PAD, CONTENT, QUERY = 0, 1, 2
+PAD, CONTENT, QUERY, BLOCK_QUERY = 0, 1, 2, 3
 
 
 def allowed(rank, role):
-    """[B, T] ranks and roles -> [B, T(query), T(key)] bool, masque's rule."""
+    """[B, T] ranks and roles -> [B, T(query), T(key)] bool, masque's rule (block_query tokens
+    also see the block_query tokens of their own rank)."""
     t = rank.shape[1]
     eye = torch.eye(t, dtype=torch.bool)[None]
     visible = (role[:, None, :] == CONTENT) & (rank[:, None, :] <= rank[:, :, None])
-    return (role[:, None, :] != PAD) & (eye | visible)
+    peers = ((role[:, None, :] == BLOCK_QUERY) & (role[:, :, None] == BLOCK_QUERY)
+             & (rank[:, None, :] == rank[:, :, None]))
+    return (role[:, None, :] != PAD) & (eye | visible | peers)
+
+
+# ---- masque/random.hpp ------------------------------------------------------------------------
+
+M64 = (1 << 64) - 1
+
+
+class SplitMix64:
+    def __init__(self, seed):
+        self.state = seed & M64
+
+    def next(self):
+        self.state = (self.state + 0x9E3779B97F4A7C15) & M64
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+        return z ^ (z >> 31)
+
+    def uniform(self):
+        return (self.next() >> 11) * 2.0 ** -53
+
+
+def mix_seed(a, b, c=0):
+    second = SplitMix64(SplitMix64(a).next() ^ b)
+    return SplitMix64(second.next() ^ c).next()
 
 
 def attend(q, k, v, mask, scale, dropout=None):
@@ -380,10 +411,12 @@ def pad_to(rows, value):
     return torch.tensor([r + [value] * (t - len(r)) for r in rows])
 
 
-def lay_out(plan, examples):
-    """A batch of examples -> model inputs and (flat row, label) pairs of the predicted tokens."""
+def lay_out(plan, examples, epoch=0):
+    """A batch of examples -> model inputs, (flat row, label[, weight]) of the predicted tokens
+    and the divisor they add (diffusion: the slots; otherwise the predicted tokens)."""
     objective, special = plan["objective"], plan.get("special", {})
     ids, pos, types, rank, role, labels = [], [], [], [], [], []
+    count = 0
     for ex in examples:
         if objective == "causal-lm":  # every position after the first
             x = ex["ids"]
@@ -421,14 +454,44 @@ def lay_out(plan, examples):
                 ty.append(0)
                 r.append(t - 1)
                 o.append(QUERY)
+        elif objective == "diffusion":  # [CLS] source [SEP] slots; the slots noised at ratio t
+            src, tgt = ex["source"], ex["target"]
+            slack = plan.get("plm_target_slack", -1)
+            slots = tgt + [special["sep"]] * ((len(src) + slack - len(tgt)) if slack >= 0 else 0)
+            i = [special["cls"]] + src + [special["sep"]] + slots
+            first, n = len(src) + 2, len(src) + 2 + len(slots)
+            ty, p = [0] * first + [1] * len(slots), list(range(n))
+            rng = SplitMix64(mix_seed(plan.get("seed", 0), epoch, ex["line"]))
+            t = 1.0 - (1.0 - plan.get("diffusion_eps", 1e-3)) * rng.uniform()
+            masked = [rng.uniform() < t for _ in slots]
+            o = [CONTENT] * n
+            if plan["mask"] == "bidirectional":  # noise in place
+                r, at = [0] * n, list(range(first, n))
+            elif plan["mask"] == "block-causal":  # BD3-LM: clean slots, then their noised copy
+                bs = plan.get("block_size", 4)
+                r = [0] * first + [1 + k // bs for k in range(len(slots))]
+                at = list(range(n, n + len(slots)))
+                i = i + list(slots)
+                p, ty = p + list(range(first, n)), ty + [1] * len(slots)
+                r, o = r + [k // bs for k in range(len(slots))], o + [BLOCK_QUERY] * len(slots)
+            else:
+                raise SystemExit(f"diffusion under mask {plan['mask']!r}")
+            lab = []
+            for k, y in enumerate(slots):
+                if masked[k]:
+                    i[at[k]] = special["mask"]
+                    lab.append((at[k], y, 1.0 / t))
+            count += len(slots)
         else:
             raise SystemExit(f"objective {objective!r} is not in the reference")
         ids.append(i), pos.append(p), types.append(ty), rank.append(r), role.append(o)
         labels.append(lab)
     t = max(len(i) for i in ids)
-    flat = [(b * t + q, y) for b, lab in enumerate(labels) for q, y in lab]
+    flat = [(b * t + e[0],) + tuple(e[1:]) for b, lab in enumerate(labels) for e in lab]
     mask = allowed(pad_to(rank, 0), pad_to(role, PAD))
-    return (pad_to(ids, 0), pad_to(pos, 0), pad_to(types, 0), mask), flat
+    if objective != "diffusion":
+        count = len(flat)
+    return (pad_to(ids, 0), pad_to(pos, 0), pad_to(types, 0), mask), flat, count
 
 
 def given_layout(batch):
@@ -439,8 +502,8 @@ def given_layout(batch):
         zip(batch["rows"], batch["labels"]))
 
 
-def batch_loss_sum(model, plan, examples, smoothing):
-    """Sum of the token losses of one micro-batch, and their count."""
+def batch_loss_sum(model, plan, examples, smoothing, epoch=0):
+    """Sum of the token losses of one micro-batch, and their count (epoch seeds the noise)."""
     if plan["objective"] == "given":  # each example is a whole micro-batch
         assert len(examples) == 1, "objective given: batch_size must be 1"
         inputs, flat = given_layout(examples[0])
@@ -457,10 +520,17 @@ def batch_loss_sum(model, plan, examples, smoothing):
         logits = model(src, src_valid, dec_in, dec_valid)
         logits, gold = logits.reshape(-1, logits.shape[-1]), gold.reshape(-1)
     else:
-        inputs, flat = lay_out(plan, examples)
+        inputs, flat, count = lay_out(plan, examples, epoch)
         logits = model(*inputs)
-        logits = logits.reshape(-1, logits.shape[-1])[torch.tensor([r for r, _ in flat])]
-        gold = torch.tensor([y for _, y in flat])
+        if plan["objective"] == "diffusion":  # each masked slot's loss weighted 1/t
+            if not flat:
+                return logits.sum() * 0.0, count
+            logits = logits.reshape(-1, logits.shape[-1])[torch.tensor([e[0] for e in flat])]
+            token = F.cross_entropy(logits, torch.tensor([e[1] for e in flat]), reduction="none",
+                                    label_smoothing=smoothing)
+            return (token * torch.tensor([e[2] for e in flat], dtype=token.dtype)).sum(), count
+        logits = logits.reshape(-1, logits.shape[-1])[torch.tensor([e[0] for e in flat])]
+        gold = torch.tensor([e[1] for e in flat])
     loss = F.cross_entropy(logits, gold, ignore_index=-100, reduction="sum",
                            label_smoothing=smoothing)
     return loss, int((gold != -100).sum())
@@ -512,12 +582,12 @@ def train(plan, losses_out, grads_out=None, weights_out=None):
             parts = []
             for _ in range(plan.get("accumulation", 1)):
                 b = micro % per_epoch
-                parts.append(examples[b * n:(b + 1) * n])
+                parts.append((examples[b * n:(b + 1) * n], micro // per_epoch))
                 micro += 1
             count = 0
             sums = []
-            for batch in parts:
-                s, c = batch_loss_sum(model, plan, batch, plan.get("label_smoothing", 0.0))
+            for batch, epoch in parts:
+                s, c = batch_loss_sum(model, plan, batch, plan.get("label_smoothing", 0.0), epoch)
                 sums.append(s)
                 count += c
             loss = sum(sums) / count

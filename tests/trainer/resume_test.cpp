@@ -39,8 +39,9 @@ void save_checkpoint(const fs::path& dir, const Case& c, const ParameterSet& par
 
 // Trains 12 steps whole, and 5 + a resume from a checkpoint + 7 (the network's dropout on or
 // off); returns the whole run's losses.
-std::vector<double> check_resume(const NetworkOptions& net_options, const std::string& name) {
-  const Case c = unilm_case("seq2seq", 9);  // 9 examples: epochs end inside steps
+std::vector<double> check_resume(const NetworkOptions& net_options, const std::string& name,
+                                 const Case& c = unilm_case("seq2seq", 9)) {
+  // 9 examples: epochs end inside steps
   constexpr int kSteps = 12, kFirst = 5;
 
   LoadedModel whole = load_model(c.plugin, c.folder);
@@ -89,6 +90,11 @@ TEST_CASE("resume: a run continued from a checkpoint equals an uninterrupted one
   const std::vector<double> dropped = check_resume(
       {.dropout = {.embedding = 0.1f, .residual = 0.1f, .attention = 0.1f}}, "dropout");
   CHECK(dropped != plain);
+}
+
+// The diffusion noise is a function of (seed, epoch, line): a resumed run draws it again.
+TEST_CASE("resume: a diffusion run under block-causal continues step for step") {
+  check_resume({}, "diffusion", diffusion_case("block-causal", 9, 4));
 }
 
 TEST_CASE("resume: a trained folder loads in the model plugin and scores as the trainer said") {

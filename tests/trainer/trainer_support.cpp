@@ -133,6 +133,45 @@ Case plm_case(int n) {
   return c;
 }
 
+Case diffusion_case(const std::string& mask, int n, int slack) {
+  Case c{.name = "bert-diffusion-" + mask,
+         .plugin = "bert",
+         .folder = shared_dir() / "models/tiny-bert-chinese",
+         .objective = {.kind = train::ObjectiveKind::diffusion,
+                       .plm_target_slack = slack,
+                       .diffusion_eps = 1e-3,
+                       .seed = 3},
+         .mask = mask};
+  if (mask == "block-causal") c.mask_params.set("block_size", std::int64_t{2});
+  nlohmann::json examples = nlohmann::json::array();
+  for (int i = 0; i < n; ++i) {
+    const auto src = tokens(2 + (i * 5) % 6, i, 21128, 670);
+    const auto tgt = tokens(2 + (i * 3) % 5, i + 7, 21128, 670);
+    const auto line = static_cast<std::uint64_t>(i + 1);
+    examples.push_back({{"source", src}, {"target", tgt}, {"line", line}});
+    train::Example e = example(line);
+    e.ids.push_back(101);
+    e.ids.insert(e.ids.end(), src.begin(), src.end());
+    e.ids.push_back(102);
+    e.segments.assign(e.ids.size(), 0);
+    e.ids.insert(e.ids.end(), tgt.begin(), tgt.end());
+    if (slack >= 0)
+      e.ids.resize(src.size() + 2 + src.size() + static_cast<std::size_t>(slack), 102);
+    e.segments.resize(e.ids.size(), 1);
+    c.examples.push_back(e);
+  }
+  c.plan = {{"model", c.folder.string()},
+            {"objective", "diffusion"},
+            {"mask", mask},
+            {"block_size", 2},
+            {"seed", 3},
+            {"diffusion_eps", 1e-3},
+            {"plm_target_slack", slack},
+            {"special", kBertSpecial},
+            {"examples", examples}};
+  return c;
+}
+
 Case causal_case(const std::string& plugin, int n) {
   const bool gpt2 = plugin == "gpt2";
   Case c{.name = plugin,

@@ -60,6 +60,9 @@ struct Case {
 Case unilm_case(const std::string& mask, int n = 3);
 // tiny-bert-chinese, objective plm with explicit orders, the last 2 steps predicted.
 Case plm_case(int n = 3);
+// tiny-bert-chinese, objective diffusion (seed 3) under `mask` (bidirectional, or block-causal
+// with blocks of 2: the BD3-LM layout); targets padded to source + slack slots (-1: none).
+Case diffusion_case(const std::string& mask, int n = 3, int slack = -1);
 // tiny-gpt2 or stories260k (plugin gpt2 or llama), objective causal-lm.
 Case causal_case(const std::string& plugin, int n = 3);
 // aren-transliteration, objective seq2seq with teacher forcing.

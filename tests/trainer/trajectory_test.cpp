@@ -2,8 +2,8 @@
 // optimizer steps (AdamW with weight decay, 20 warmup steps then linear decay, clipping at 1,
 // two micro-batches of 2 per step, lr 3e-4) agree
 // with the plain-torch f32 reference trainer (tests/trainer/reference_trainer.py) within 1e-4
-// relative at every step, for the UniLM BERT, GPT-2, Llama, the permutation-LM BERT and the
-// encoder-decoder.
+// relative at every step, for the UniLM BERT, GPT-2, Llama, the permutation-LM BERT, the
+// encoder-decoder and the diffusion BERT (bidirectional and block-causal).
 #include <catch2/catch.hpp>
 
 #include "masque/train/trainer.hpp"
@@ -85,6 +85,16 @@ TEST_CASE("trajectory: Llama, objective causal-lm") {
 
 TEST_CASE("trajectory: BERT under the permutation mask, objective plm with explicit orders") {
   check_trajectory(plm_case(7));
+}
+
+// A new noise draw in every epoch (7 records, 2 per micro-batch: 4 micro-batches an epoch), so
+// the 200 steps see 100 epochs of masking ratios and masks.
+TEST_CASE("trajectory: BERT under the bidirectional mask with objective diffusion") {
+  check_trajectory(diffusion_case("bidirectional", 7, 4));
+}
+
+TEST_CASE("trajectory: BERT under the block-causal mask (BD3-LM layout) with objective diffusion") {
+  check_trajectory(diffusion_case("block-causal", 7, 4));
 }
 
 // Two correct f32 implementations sum in different orders; once a 12-layer ReLU network starts

@@ -3,13 +3,17 @@
 // A strategy describes one sequence by a rank and a role per token. Query token i may attend
 // key token j when
 //
-//     role[j] != pad  &&  ( i == j  ||  (role[j] == content && rank[j] <= rank[i]) )
+//     role[j] != pad  &&  ( i == j  ||  (role[j] == content && rank[j] <= rank[i])
+//                           ||  (role[i] == role[j] == block_query && rank[j] == rank[i]) )
 //
 // bidirectional: all ranks 0; causal: rank = position; seq2seq (UniLM): rank = cumulative sum
 // of the segment ids; permutation: rank = index of the position in the factorization order.
 // `query` tokens (the query stream for predicting in a permutation order with a BERT-like
 // model) see the content ranked at or below their own rank and themselves, and no other token
-// sees them. Strategies that rank cannot express fill `dense` (allowed[i * n + j]) instead;
+// sees them. `block_query` tokens are a query stream whose tokens also see the other
+// block_query tokens of their own rank: block diffusion's training layout (BD3-LM), a noised
+// copy of each block that sees itself and the clean blocks before it, no other token seeing
+// it. Strategies that rank cannot express fill `dense` (allowed[i * n + j]) instead;
 // the rule above then reads `role[j] != pad && dense[i * n + j]`.
 //
 // The attention kernel evaluates this rule on the fly: no n x n mask is stored per head or
@@ -26,7 +30,16 @@
 
 namespace masque {
 
-enum class TokenRole : std::uint8_t { pad = 0, content = 1, query = 2 };
+// block_query was added in ABI 1.2 (appended: no earlier plugin produces it).
+enum class TokenRole : std::uint8_t { pad = 0, content = 1, query = 2, block_query = 3 };
+
+// The rule between a query token (role qr, rank qk) and a key token that is not itself and
+// not padding: the one home of the rank clause for every evaluator of the rule.
+inline bool rank_rule_allows(TokenRole qr, std::int32_t qk, TokenRole kr, std::int32_t kk,
+                             std::int32_t window) {
+  if (kr == TokenRole::content) return kk <= qk && (window <= 0 || qk - kk < window);
+  return kr == TokenRole::block_query && qr == TokenRole::block_query && kk == qk;
+}
 
 // What a task knows about one sequence of `length` content tokens.
 struct MaskRequest {

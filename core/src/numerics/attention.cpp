@@ -495,11 +495,10 @@ std::int32_t visible_keys(const MaskView& m, std::int32_t b, std::int32_t i, std
   const std::int32_t* rank = m.key_rank + b * m.key_stride;
   const std::int32_t query_rank = m.query_rank[b * m.query_stride + i];
   const std::int32_t self = i + m.self_offset;
+  const TokenRole query_role = m.query_role[b * m.query_stride + i];
   for (std::int32_t j = 0; j < m.k_len; ++j)
     if (role[j] != TokenRole::pad &&
-        ((role[j] == TokenRole::content && rank[j] <= query_rank &&
-          (m.window <= 0 || query_rank - rank[j] < m.window)) ||
-         j == self) &&
+        (j == self || rank_rule_allows(query_role, query_rank, role[j], rank[j], m.window)) &&
         (m.band <= 0 || (j >= self - m.band && j <= self + m.band)))
       keys[n++] = j;
   return n;
@@ -687,8 +686,8 @@ bool MaskView::allowed(std::int32_t b, std::int32_t i, std::int32_t j) const {
   if (band > 0 && (j < i + self_offset - band || j > i + self_offset + band)) return false;
   if (dense) return dense[(std::int64_t{b} * q_len + i) * k_len + j] != 0;
   if (j == i + self_offset) return true;
-  const std::int32_t qr = query_rank[b * query_stride + i], kr_rank = key_rank[b * key_stride + j];
-  return kr == TokenRole::content && kr_rank <= qr && (window <= 0 || qr - kr_rank < window);
+  return rank_rule_allows(query_role[b * query_stride + i], query_rank[b * query_stride + i], kr,
+                          key_rank[b * key_stride + j], window);
 }
 
 std::int32_t t5_relative_bucket(std::int32_t relative, bool bidirectional, std::int32_t num_buckets,

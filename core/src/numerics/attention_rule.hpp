@@ -62,8 +62,9 @@ inline std::pair<std::int32_t, std::int32_t> key_span(const MaskView& m, std::in
   }
   if (!any) return {0, 0};
   const std::int32_t* rank = m.key_rank + b * m.key_stride;
-  for (std::int32_t j = 0; j < m.k_len; ++j)
-    if (role[j] == TokenRole::content && rank[j] <= max_rank) take(j);
+  for (std::int32_t j = 0; j < m.k_len; ++j)  // block_query keys: a superset of the rule's
+    if ((role[j] == TokenRole::content || role[j] == TokenRole::block_query) && rank[j] <= max_rank)
+      take(j);
   return {j0, std::max(j0, j1)};
 }
 
@@ -75,6 +76,17 @@ MASQUE_VECTORIZE inline void mask_rank_row(float* __restrict s, const TokenRole*
     const bool ok = role[j] != TokenRole::pad &&
                     ((role[j] == TokenRole::content && rank[j] <= query_rank) || j == self);
     s[j] = ok ? s[j] : kMaskedScore;
+  }
+}
+// A block_query's row: its own rank's block_query keys are visible too (mask.hpp).
+MASQUE_VECTORIZE inline void mask_block_row(float* __restrict s, const TokenRole* __restrict role,
+                                            const std::int32_t* __restrict rank, std::int32_t n,
+                                            std::int32_t query_rank, std::int32_t self,
+                                            std::int32_t window) {
+  for (std::int32_t j = 0; j < n; ++j) {
+    const bool ok =
+        j == self || rank_rule_allows(TokenRole::block_query, query_rank, role[j], rank[j], window);
+    s[j] = ok && role[j] != TokenRole::pad ? s[j] : kMaskedScore;
   }
 }
 // The same with a sliding window: ranks more than window - 1 below the query's are hidden too.
@@ -120,6 +132,8 @@ inline void mask_rule_row(const MaskView& m, std::int32_t b, std::int32_t i, std
     return mask_dense_row(s, role, m.dense + (std::int64_t{b} * m.q_len + i) * m.k_len + j0, n);
   const std::int32_t* rank = m.key_rank + b * m.key_stride + j0;
   const std::int32_t query_rank = m.query_rank[b * m.query_stride + i];
+  if (m.query_role[b * m.query_stride + i] == TokenRole::block_query)
+    return mask_block_row(s, role, rank, n, query_rank, i + m.self_offset - j0, m.window);
   if (m.window > 0)
     return mask_window_row(s, role, rank, n, query_rank, i + m.self_offset - j0, m.window);
   mask_rank_row(s, role, rank, n, query_rank, i + m.self_offset - j0);

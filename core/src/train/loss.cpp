@@ -79,6 +79,9 @@ CrossEntropyResult cross_entropy(const float* logits, std::int64_t rows, std::in
     throw RuntimeError("cross_entropy: " + std::to_string(targets.size()) + " targets for " +
                        std::to_string(rows) + " rows");
   if (vocab <= 0) throw RuntimeError("cross_entropy: empty vocabulary");
+  if (!o.weights.empty() && static_cast<std::int64_t>(o.weights.size()) != rows)
+    throw RuntimeError("cross_entropy: " + std::to_string(o.weights.size()) + " weights for " +
+                       std::to_string(rows) + " rows");
   if (!(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
     throw RuntimeError("cross_entropy: label_smoothing must be in [0, 1], got " +
                        std::to_string(o.label_smoothing));
@@ -98,10 +101,12 @@ CrossEntropyResult cross_entropy(const float* logits, std::int64_t rows, std::in
   const int threads = numerics::threads_for(20.0 * rows * vocab);
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (std::int64_t r = 0; r < rows; ++r)
-    per_row[r] = row_loss(logits + r * vocab, vocab, targets[r], inv_count, o,
+    per_row[r] = row_loss(logits + r * vocab, vocab, targets[r],
+                          o.weights.empty() ? inv_count : inv_count * o.weights[r], o,
                           dlogits ? dlogits + r * vocab : nullptr);
   CrossEntropyResult result;
-  for (const Row& row : per_row) result.loss_sum += row.loss;
+  for (std::int64_t r = 0; r < rows; ++r)
+    result.loss_sum += o.weights.empty() ? per_row[r].loss : per_row[r].loss * o.weights[r];
   result.counted = counted;
   result.loss = result.loss_sum * inv_count;
   return result;

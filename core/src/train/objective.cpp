@@ -17,8 +17,10 @@ ObjectiveKind parse_objective(const std::string& name) {
   if (name == "seq2seq") return ObjectiveKind::seq2seq;
   if (name == "plm") return ObjectiveKind::plm;
   if (name == "classify") return ObjectiveKind::classify;
-  throw ConfigError("objective: expected causal-lm, mlm, seq2seq, plm or classify, got '" + name +
-                    "'");
+  if (name == "diffusion") return ObjectiveKind::diffusion;
+  throw ConfigError(
+      "objective: expected causal-lm, mlm, seq2seq, plm, classify or diffusion, got '" + name +
+      "'");
 }
 
 const char* to_string(ObjectiveKind kind) {
@@ -33,6 +35,8 @@ const char* to_string(ObjectiveKind kind) {
       return "plm";
     case ObjectiveKind::classify:
       return "classify";
+    case ObjectiveKind::diffusion:
+      return "diffusion";
   }
   return "?";
 }
@@ -156,7 +160,8 @@ Objective::Objective(ObjectiveOptions options, const Tokenizer& source, const To
     throw ConfigError(
         "objective seq2seq on one model needs a [SEP] token in the tokenizer (it "
         "ends the target, as at inference)");
-  if ((options_.kind == ObjectiveKind::mlm || options_.kind == ObjectiveKind::plm) &&
+  if ((options_.kind == ObjectiveKind::mlm || options_.kind == ObjectiveKind::plm ||
+       options_.kind == ObjectiveKind::diffusion) &&
       mask_token_ < 0)
     throw ConfigError(std::string("objective ") + name + " needs a [MASK] token in the tokenizer");
   if (options_.kind == ObjectiveKind::mlm &&
@@ -171,6 +176,10 @@ Objective::Objective(ObjectiveOptions options, const Tokenizer& source, const To
                       std::to_string(options_.labels.size()) +
                       " labels (config.json's id2label); the folder's config.json must name a "
                       "*ForSequenceClassification architecture and its labels");
+  if (options_.kind == ObjectiveKind::diffusion &&
+      !(options_.diffusion_eps >= 0 && options_.diffusion_eps < 1))
+    throw ConfigError(
+        "task.diffusion_eps: must be in [0, 1) (the masking ratio t is drawn from (eps, 1])");
   if (options_.kind == ObjectiveKind::plm && options_.plm_predict <= 0 &&
       !(options_.plm_fraction > 0 && options_.plm_fraction <= 1))
     throw ConfigError("task.plm_fraction: must be in (0, 1] (or set task.plm_predict)");
@@ -199,6 +208,22 @@ void Objective::check_mask() const {
         throw ConfigError(
             "objective plm needs a mask strategy with a query stream (mask: {plugin: "
             "permutation})");
+      break;
+    }
+    case ObjectiveKind::diffusion: {
+      // A mask with a query stream for the noised copy (block-causal) must not show a copy
+      // its own clean token; any mask without one works, as the noise replaces the token.
+      const std::int32_t segments[] = {0, 0, 1, 1, 1};
+      MaskRequest request = sequence_request(5, 0);
+      request.segments = segments;
+      request.query_stream = true;
+      const SequenceMask m = probe(*masks_.inputs, request, name);
+      for (std::size_t q = 0; q < m.query_positions.size(); ++q)
+        if (m.allowed(5 + q, static_cast<std::size_t>(m.query_positions[q])))
+          throw ConfigError("objective diffusion: under this mask the noised copy of token " +
+                            std::to_string(m.query_positions[q]) +
+                            " sees its clean token, so the model would learn to copy it (mask: "
+                            "bidirectional or block-causal)");
       break;
     }
     case ObjectiveKind::mlm:
@@ -264,7 +289,8 @@ MaskRequest Objective::input_request(const Example& e, std::int64_t epoch) const
   request.segments = e.segments;
   request.order = e.order;
   request.context = e.context;
-  request.query_stream = options_.kind == ObjectiveKind::plm;
+  request.query_stream =
+      options_.kind == ObjectiveKind::plm || options_.kind == ObjectiveKind::diffusion;
   // A new random order for each epoch (a record's own `order` is used as it is).
   if (options_.kind == ObjectiveKind::plm && epoch > 0)
     request.record_id = mix_seed(e.line, static_cast<std::uint64_t>(epoch));
@@ -284,6 +310,9 @@ Example Objective::build_example(const Record& record) const {
       e.label = label_index(record, options_);
       return e;
     }
+    case ObjectiveKind::diffusion:
+      return record.fields.contains(options_.target_field) ? prepare_diffusion(record)
+                                                           : prepare_text(record);
     case ObjectiveKind::seq2seq:
       break;
   }
@@ -310,10 +339,12 @@ Example Objective::prepare_text(const Record& record) const {
   Example e;
   e.ids = tokens_of(record, "text", source_, true);
   if (e.ids.size() < (options_.kind == ObjectiveKind::causal_lm ? 2u : 1u) ||
-      (options_.kind == ObjectiveKind::mlm && !has_content(e.ids, source_)))
+      ((options_.kind == ObjectiveKind::mlm || options_.kind == ObjectiveKind::diffusion) &&
+       !has_content(e.ids, source_)))
     throw RecordError("empty text: nothing to predict");
   check_length(e.ids.size() +
                (options_.kind == ObjectiveKind::plm ? predicted_count(options_, e.ids.size()) : 0));
+  if (options_.kind == ObjectiveKind::diffusion) check_copy(e);
   if (options_.kind == ObjectiveKind::plm) e.order = order_of(record);
   return e;
 }
@@ -357,6 +388,44 @@ Example Objective::prepare_infill(const Record& record) const {
   e.order = order_of(record);  // over the slots
   check_length(e.ids.size() + predicted_count(options_, slots));
   return e;
+}
+
+// `source tokens, target slots`: segments 0, then 1 over the slots, which are the target and,
+// with plm_target_slack >= 0, [SEP] fillers up to (source words + slack) (as plm's).
+Example Objective::prepare_diffusion(const Record& record) const {
+  if (sep_ < 0 && options_.plm_target_slack >= 0)
+    throw ConfigError(
+        "objective diffusion with plm_target_slack needs a [SEP] token in the tokenizer (the "
+        "filler after the target)");
+  Example e;
+  e.ids = tokens_of(record, options_.source_field, source_, true);
+  const std::vector<TokenId> target = tokens_of(record, options_.target_field, source_, false);
+  if (target.empty()) throw RecordError("empty target");
+  if (e.ids.size() <= empty_source_) throw RecordError("empty source");
+  std::size_t slots = target.size();
+  if (options_.plm_target_slack >= 0) {
+    const auto words = static_cast<std::size_t>(std::count_if(
+        e.ids.begin(), e.ids.end(), [&](TokenId t) { return !source_.is_special(t); }));
+    slots = words + static_cast<std::size_t>(options_.plm_target_slack);
+    if (target.size() > slots)
+      throw RecordError("target longer than its slots: " + std::to_string(target.size()) +
+                        " tokens, " + std::to_string(slots) +
+                        " slots (source tokens + plm_target_slack)");
+  }
+  e.segments.assign(e.ids.size(), 0);
+  e.ids.insert(e.ids.end(), target.begin(), target.end());
+  e.ids.resize(e.ids.size() + slots - target.size(), sep_);
+  e.segments.resize(e.ids.size(), 1);
+  check_length(e.ids.size());
+  check_copy(e);
+  return e;
+}
+
+// Under a mask with a noised copy (block-causal) a record is twice as long as it looks.
+void Objective::check_copy(const Example& e) const {
+  if (options_.kind != ObjectiveKind::diffusion || !masks_.inputs) return;
+  const SequenceMask m = masks_.inputs->build(input_request(e, 0));
+  check_length(m.size());
 }
 
 TrainingBatch Objective::lay_out(std::span<const Example* const> examples,
@@ -422,7 +491,8 @@ TrainingBatch Objective::lay_out(std::span<const Example* const> examples,
         break;
       }
       case ObjectiveKind::mlm:
-        break;  // corrupt() chooses
+      case ObjectiveKind::diffusion:
+        break;  // corrupt() and noise() choose
       case ObjectiveKind::classify:
         // The row Hugging Face's head reads: [CLS] (encoder-only) or the last token.
         out.rows.push_back(base + (model_.kind == ModelKind::encoder_only ? 0 : n - 1));
@@ -431,7 +501,51 @@ TrainingBatch Objective::lay_out(std::span<const Example* const> examples,
     }
   }
   if (options_.kind == ObjectiveKind::mlm) corrupt(out.inputs, examples, epoch, out);
+  if (options_.kind == ObjectiveKind::diffusion)
+    noise(out.inputs, examples, built.masks, epoch, out);
   return out;
+}
+
+void Objective::noise(Batch& batch, std::span<const Example* const> examples,
+                      std::span<const SequenceMask> masks, std::int64_t epoch,
+                      TrainingBatch& out) const {
+  out.normalizer = 0;
+  for (std::size_t r = 0; r < examples.size(); ++r) {
+    const Example& e = *examples[r];
+    const SequenceMask& m = masks[r];
+    const auto n = e.ids.size();
+    const auto base = r * static_cast<std::size_t>(batch.length);
+    // The slots: segment 1 (source/target records), else every non-special token (text).
+    auto slot = [&](std::size_t p) {
+      return e.segments.empty() ? !source_.is_special(e.ids[p]) : e.segments[p] == 1;
+    };
+    // Where a slot's noised token goes: its own place, or its copy in the query stream (fed
+    // the clean token, as assemble_batch gave it [MASK]).
+    const bool copy = !m.query_positions.empty();
+    constexpr std::size_t kNone = SIZE_MAX;
+    std::vector<std::size_t> where(n, kNone);
+    for (std::size_t p = 0; p < n && !copy; ++p) where[p] = p;
+    for (std::size_t q = 0; q < m.query_positions.size(); ++q) {
+      const auto p = static_cast<std::size_t>(m.query_positions[q]);
+      where[p] = n + q;
+      batch.ids[base + n + q] = e.ids[p];
+    }
+    // One stream per (seed, epoch, record): t first, then one draw per slot in position order.
+    SplitMix64 rng(mix_seed(options_.seed, static_cast<std::uint64_t>(epoch), e.line));
+    const double t = 1.0 - (1.0 - options_.diffusion_eps) * rng.uniform();
+    for (std::size_t p = 0; p < n; ++p) {
+      if (!slot(p)) continue;
+      ++out.normalizer;
+      if (rng.uniform() >= t) continue;
+      if (where[p] == kNone)
+        throw RuntimeError("objective diffusion: the mask's query stream has no copy of slot " +
+                           std::to_string(p));
+      batch.ids[base + where[p]] = mask_token_;
+      out.rows.push_back(static_cast<std::int32_t>(base + where[p]));
+      out.labels.push_back(e.ids[p]);
+      out.weights.push_back(1.0 / t);
+    }
+  }
 }
 
 void Objective::corrupt(Batch& batch, std::span<const Example* const> examples, std::int64_t epoch,

@@ -140,31 +140,21 @@ nlohmann::json json_of(const ParamValue& value) {
 
 // Task keys that change what the steps compute (the data order's keys are the trainer's, the
 // length of the run is total_steps).
-const char* const kTrajectoryKeys[] = {"objective",
-                                       "lr",
-                                       "schedule",
-                                       "warmup_steps",
-                                       "warmup_ratio",
-                                       "weight_decay",
-                                       "adam_beta1",
-                                       "adam_beta2",
-                                       "adam_epsilon",
-                                       "max_grad_norm",
-                                       "label_smoothing",
-                                       "mlm_probability",
-                                       "plm_predict",
-                                       "plm_fraction",
-                                       "plm_target_slack",
-                                       "max_length",
-                                       "dropout",
-                                       "matmul_dtype",
-                                       "input_format",
-                                       "columns",
-                                       "field",
-                                       "source_field",
-                                       "target_field",
-                                       "order_field",
-                                       "label_field"};
+const char* const kTrajectoryKeys[] = {
+    "objective",        "lr",
+    "schedule",         "warmup_steps",
+    "warmup_ratio",     "weight_decay",
+    "adam_beta1",       "adam_beta2",
+    "adam_epsilon",     "max_grad_norm",
+    "label_smoothing",  "mlm_probability",
+    "plm_predict",      "plm_fraction",
+    "plm_target_slack", "diffusion_eps",
+    "max_length",       "dropout",
+    "matmul_dtype",     "input_format",
+    "columns",          "field",
+    "source_field",     "target_field",
+    "order_field",      "label_field",
+};
 
 // FNV-1a over a file's bytes: the same records under another name are the same data.
 std::string digest_of(const fs::path& file) {
@@ -897,8 +887,8 @@ int Session::train_steps() {
     if (r.tokens == 0 && ++empty_steps_ == 1 && leader() && !options_.quiet) {
       progress.finish();
       std::fprintf(stderr,
-                   "masque train: step %lld has no token to predict (mlm chose none in its "
-                   "records): no update; the summary counts such steps\n",
+                   "masque train: step %lld has no token to predict (mlm or diffusion chose "
+                   "none in its records): no update; the summary counts such steps\n",
                    static_cast<long long>(r.step));
     }
     if (!std::isfinite(r.loss))

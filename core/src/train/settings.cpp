@@ -18,8 +18,10 @@ std::vector<ParamSpec> params() {
                "(bidirectional), seq2seq (seq2seq = UniLM, or causal, on one model; teacher "
                "forcing on an encoder-decoder), plm (permutation with stream: query), classify "
                "(bidirectional or causal: a *ForSequenceClassification folder's label head on "
-               "[CLS] / the last token, labels from label_field)",
-       .choices = "causal-lm|mlm|seq2seq|plm|classify",
+               "[CLS] / the last token, labels from label_field), diffusion (bidirectional or "
+               "block-causal: masked diffusion, the target's slots masked at a random ratio t and "
+               "predicted with weight 1/t)",
+       .choices = "causal-lm|mlm|seq2seq|plm|classify|diffusion",
        .flags = kParamRequired},
       {.name = "train_file",
        .type = ParamType::path,
@@ -46,7 +48,7 @@ std::vector<ParamSpec> params() {
       {.name = "field",
        .type = ParamType::string,
        .default_value = "text",
-       .help = "the text column / JSON field (causal-lm, mlm, plm)"},
+       .help = "the text column / JSON field (causal-lm, mlm, plm, diffusion)"},
       {.name = "source_field",
        .type = ParamType::string,
        .default_value = "source",
@@ -96,11 +98,19 @@ std::vector<ParamSpec> params() {
       {.name = "plm_target_slack",
        .type = ParamType::integer,
        .default_value = "-1",
-       .help = "plm on source/target records (the source is given, the target permuted): pad "
-               "the target with [SEP] to (source tokens + slack) slots, so plm-generate's "
-               "template `source [SEP] [MASK] x (tokens + slack)` needs no target length; -1: "
-               "the target's own length; longer targets are skipped and reported",
+       .help = "plm and diffusion on source/target records (the source is given, the target "
+               "permuted or noised): pad the target with [SEP] to (source tokens + slack) slots, "
+               "so the generating task's template `source [SEP] [MASK] x (tokens + slack)` "
+               "needs no target length; -1: the target's own length; longer targets are "
+               "skipped and reported",
        .min = -1},
+      {.name = "diffusion_eps",
+       .type = ParamType::number,
+       .default_value = "0.001",
+       .help = "diffusion: each record's masking ratio t is drawn uniformly from (eps, 1]; in "
+               "[0, 1)",
+       .min = 0,
+       .max = 1},
       {.name = "label_smoothing",
        .type = ParamType::number,
        .default_value = "0",
@@ -131,7 +141,7 @@ std::vector<ParamSpec> params() {
       {.name = "seed",
        .type = ParamType::integer,
        .default_value = "0",
-       .help = "shuffling, mlm corruption and from-scratch initialisation",
+       .help = "shuffling, mlm and diffusion corruption and from-scratch initialisation",
        .min = 0},
       {.name = "epochs",
        .type = ParamType::integer,
@@ -310,13 +320,14 @@ TrainSettings train_settings(const Params& p) {
   o.plm_predict = static_cast<std::int32_t>(p.get_int("plm_predict"));
   o.plm_fraction = p.get_number("plm_fraction");
   o.plm_target_slack = static_cast<std::int32_t>(p.get_int("plm_target_slack"));
+  o.diffusion_eps = p.get_number("diffusion_eps");
   o.seed = static_cast<std::uint64_t>(p.get_int("seed"));
   o.max_tokens = static_cast<std::int32_t>(p.get_int("max_length"));
   // The reader's main field: a seq2seq record (and a plm record with a target column) is read
   // by its source.
   const auto& columns = s.input.columns;
   if (o.kind == ObjectiveKind::seq2seq ||
-      (o.kind == ObjectiveKind::plm &&
+      ((o.kind == ObjectiveKind::plm || o.kind == ObjectiveKind::diffusion) &&
        std::find(columns.begin(), columns.end(), o.target_field) != columns.end()))
     s.input.field = o.source_field;
 

@@ -148,7 +148,7 @@ StepResult Trainer::take_step() {
       const auto all = split(examples, options_.threads * ranks);
       for (std::size_t i = own_begin; i < std::min(own_end, all.size()); ++i) {
         parts.push_back(objective_.lay_out(all[i], epoch));
-        count += static_cast<std::int64_t>(parts.back().labels.size());
+        count += parts.back().count();
         if (!dropout) continue;
         // A record's masks follow it (its micro-batch and line), not its place in the part.
         DropoutContext& c = contexts.emplace_back();
@@ -239,7 +239,7 @@ const DropoutContext* Trainer::dropout_of(std::size_t a, std::size_t i) const {
 double Trainer::train_part(const TrainableNetwork& net, NetworkTape& tape, const TrainingBatch& b,
                            const DropoutContext* dropout, std::int64_t count,
                            Tensor& logits) const {
-  const CrossEntropyOptions ce{.label_smoothing = options_.label_smoothing};
+  const CrossEntropyOptions ce{.label_smoothing = options_.label_smoothing, .weights = b.weights};
   net.forward(b, tape, logits, dropout);
   const double loss =
       cross_entropy(logits, b.labels, static_cast<double>(count), ce, &logits).loss_sum;
@@ -302,11 +302,10 @@ EvalResult Trainer::evaluate(const std::vector<Example>& examples, std::size_t b
     std::vector<const Example*> batch;
     for (std::size_t i = span.begin; i < span.end; ++i) batch.push_back(&examples[i]);
     const TrainingBatch b = objective_.lay_out(batch, 0);
+    r.tokens += b.count();
     if (b.labels.empty()) continue;
     network_.forward(b, *tape, logits, nullptr);
-    const CrossEntropyResult ce = cross_entropy(logits, b.labels, 1.0, {}, nullptr);
-    loss_sum += ce.loss_sum;
-    r.tokens += ce.counted;
+    loss_sum += cross_entropy(logits, b.labels, 1.0, {.weights = b.weights}, nullptr).loss_sum;
   }
   r.loss = r.tokens > 0 ? loss_sum / static_cast<double>(r.tokens) : 0.0;
   return r;

@@ -4,6 +4,12 @@
 // built. With segment ids (seq2seq: 0 = source, 1 = target) the source is one block of its own,
 // whatever its length, and the target's blocks follow it.
 //
+// Asked for its query stream (MaskRequest::query_stream: the diffusion objective does), it
+// appends BD3-LM's training layout: a noised copy of every target token (every token without
+// segments), role block_query, ranked one below its block, so a copy sees its own block's
+// copies and the clean blocks before it, and no other token sees it. The kernel evaluates the
+// rule; no n x n mask is built.
+//
 // Not incremental: a token of an unfinished block must see the ones added to it later, which a
 // KV cache of single tokens cannot give; a block decoder recomputes the current block over the
 // cached finished ones.
@@ -26,6 +32,7 @@ class BlockCausalMask final : public masque::MaskStrategy {
     mask.role.assign(request.length, masque::TokenRole::content);
     if (request.segments.empty()) {
       for (std::int32_t i = 0; i < request.length; ++i) mask.rank[i] = i / block_;
+      if (request.query_stream) append_copies(mask, 0, request.length);
       return mask;
     }
     if (request.segments.size() != static_cast<std::size_t>(request.length))
@@ -47,11 +54,21 @@ class BlockCausalMask final : public masque::MaskStrategy {
             std::to_string(i));
       mask.rank[i] = s == 0 ? 0 : 1 + target++ / block_;
     }
+    if (request.query_stream) append_copies(mask, request.length - target, request.length);
     return mask;
   }
   bool supports_incremental() const override { return false; }
 
  private:
+  // The noised copies of tokens [first, end), each ranked below its block's clean tokens.
+  static void append_copies(masque::SequenceMask& mask, std::int32_t first, std::int32_t end) {
+    for (std::int32_t i = first; i < end; ++i) {
+      mask.rank.push_back(mask.rank[i] - 1);
+      mask.role.push_back(masque::TokenRole::block_query);
+      mask.query_positions.push_back(i);
+    }
+  }
+
   std::int32_t block_;
 };
 

@@ -25,6 +25,8 @@ namespace masque::train {
 struct CrossEntropyOptions {
   std::int32_t ignore_index = -100;
   double label_smoothing = 0.0;  // eps in [0, 1]
+  // Per row (empty: 1): loss_r and dlogits_r are multiplied by weights[r] (diffusion's 1/t).
+  std::span<const double> weights{};
 };
 
 struct CrossEntropyResult {

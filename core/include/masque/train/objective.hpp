@@ -28,6 +28,16 @@
 //                                 `source [SEP] [MASK]...`); with plm_target_slack >= 0 the
 //                                 target is padded with [SEP] to (source words + slack) slots,
 //                                 so the template's length follows from the source alone.
+//   diffusion  (bidirectional,    source + target -> `source tokens, target slots` (the slots as
+//               block-causal, or  plm's, [SEP] fillers with plm_target_slack >= 0), segments 0
+//               any mask)         then 1; or text -> tokens. Per record a masking ratio
+//                                 t ~ U(eps, 1], each slot (each non-special text token) fed as
+//                                 [MASK] with probability t, seeded per record and epoch; each
+//                                 masked slot predicts its token with weight 1/t, and the step's
+//                                 loss divides by all slots (MDLM / LLaDA's bound). Under a mask
+//                                 with a query stream for it (block-causal) the slots stay clean
+//                                 and the noise goes into the stream's copy of them (BD3-LM:
+//                                 noised block b sees itself and the clean blocks before b).
 //   classify   (bidirectional     text + label -> tokens; one output per record predicts its label
 //               or causal)        (an index of the model's labels, config.json's id2label):
 //                                 the first token's (BERT's [CLS], under the pooler) on an
@@ -56,7 +66,7 @@ struct Record;
 
 namespace masque::train {
 
-enum class ObjectiveKind : std::uint8_t { causal_lm, mlm, seq2seq, plm, classify };
+enum class ObjectiveKind : std::uint8_t { causal_lm, mlm, seq2seq, plm, classify, diffusion };
 
 BOOST_SYMBOL_VISIBLE ObjectiveKind parse_objective(const std::string& name);  // ConfigError
 BOOST_SYMBOL_VISIBLE const char* to_string(ObjectiveKind kind);
@@ -67,9 +77,10 @@ struct ObjectiveOptions {
   double mlm_probability = 0.15;
   std::int32_t plm_predict = 0;        // K; 0: use plm_fraction
   double plm_fraction = 1.0 / 6;       // K = max(1, round(fraction x length)) (XLNet: 1/6)
-  std::int32_t plm_target_slack = -1;  // source/target records: slots = source words + slack
-                                       // (-1: the target's own length)
-  std::uint64_t seed = 0;              // mlm corruption
+  std::int32_t plm_target_slack = -1;  // plm and diffusion on source/target records: slots =
+                                       // source words + slack (-1: the target's own length)
+  double diffusion_eps = 1e-3;         // diffusion: t ~ U(eps, 1]
+  std::uint64_t seed = 0;              // mlm and diffusion corruption
   std::int32_t max_tokens = 0;         // longer records are skipped (0: the model's positions)
   std::string label_field = "label";   // classify: the record's label (a name or an index)
   std::vector<std::string> labels{};   // classify: the label names in logit order
@@ -89,6 +100,12 @@ struct TrainingBatch {
   Batch source;  // an encoder-decoder's encoder input (batch 0 otherwise)
   std::vector<std::int32_t> rows;  // flat rows of `inputs` (b * length + t) that are predicted
   std::vector<TokenId> labels;     // the token each of those rows predicts
+  std::vector<double> weights;     // each row's loss weight (diffusion's 1/t), or empty: 1
+  // What this part adds to the step's divisor (diffusion: its slots), or -1: labels.size().
+  std::int64_t normalizer = -1;
+  std::int64_t count() const {
+    return normalizer >= 0 ? normalizer : static_cast<std::int64_t>(labels.size());
+  }
 };
 
 class BOOST_SYMBOL_VISIBLE Objective {
@@ -124,6 +141,10 @@ class BOOST_SYMBOL_VISIBLE Objective {
   TrainingBatch lay_out_encoder_decoder(std::span<const Example* const> examples) const;
   void corrupt(Batch& batch, std::span<const Example* const> examples, std::int64_t epoch,
                TrainingBatch& out) const;
+  Example prepare_diffusion(const Record& record) const;
+  void check_copy(const Example& e) const;  // RecordError: too long with the noised copy
+  void noise(Batch& batch, std::span<const Example* const> examples,
+             std::span<const SequenceMask> masks, std::int64_t epoch, TrainingBatch& out) const;
 
   ObjectiveOptions options_;
   const Tokenizer& source_;
