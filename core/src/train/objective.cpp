@@ -358,6 +358,19 @@ std::vector<std::int32_t> Objective::order_of(const Record& record) const {
   }
 }
 
+// The slots after a source: the target's tokens, or with plm_target_slack >= 0 the source's
+// words + the slack (the rest [SEP] fillers), which the target must fit.
+std::size_t Objective::target_slots(std::span<const TokenId> source, std::size_t target) const {
+  if (options_.plm_target_slack < 0) return target;
+  const auto words = static_cast<std::size_t>(std::count_if(
+      source.begin(), source.end(), [&](TokenId t) { return !source_.is_special(t); }));
+  const std::size_t slots = words + static_cast<std::size_t>(options_.plm_target_slack);
+  if (target > slots)
+    throw RecordError("target longer than its slots: " + std::to_string(target) + " tokens, " +
+                      std::to_string(slots) + " slots (source tokens + plm_target_slack)");
+  return slots;
+}
+
 // `source tokens, target slots, [SEP]`: the layout plm-generate fills from the template
 // `source [SEP] [MASK] x slots` (the tokenizer adds the specials around it).
 Example Objective::prepare_infill(const Record& record) const {
@@ -369,16 +382,7 @@ Example Objective::prepare_infill(const Record& record) const {
   e.ids = tokens_of(record, options_.source_field, source_, true);
   const std::vector<TokenId> target = tokens_of(record, options_.target_field, source_, false);
   if (target.empty()) throw RecordError("empty target");
-  std::size_t slots = target.size();
-  if (options_.plm_target_slack >= 0) {
-    const auto words = static_cast<std::size_t>(std::count_if(
-        e.ids.begin(), e.ids.end(), [&](TokenId t) { return !source_.is_special(t); }));
-    slots = words + static_cast<std::size_t>(options_.plm_target_slack);
-    if (target.size() > slots)
-      throw RecordError("target longer than its slots: " + std::to_string(target.size()) +
-                        " tokens, " + std::to_string(slots) +
-                        " slots (source tokens + plm_target_slack)");
-  }
+  const std::size_t slots = target_slots(e.ids, target.size());
   e.context.assign(e.ids.size(), 1);
   e.ids.insert(e.ids.end(), target.begin(), target.end());
   e.ids.resize(e.ids.size() + slots - target.size(), sep_);
@@ -402,16 +406,7 @@ Example Objective::prepare_diffusion(const Record& record) const {
   const std::vector<TokenId> target = tokens_of(record, options_.target_field, source_, false);
   if (target.empty()) throw RecordError("empty target");
   if (e.ids.size() <= empty_source_) throw RecordError("empty source");
-  std::size_t slots = target.size();
-  if (options_.plm_target_slack >= 0) {
-    const auto words = static_cast<std::size_t>(std::count_if(
-        e.ids.begin(), e.ids.end(), [&](TokenId t) { return !source_.is_special(t); }));
-    slots = words + static_cast<std::size_t>(options_.plm_target_slack);
-    if (target.size() > slots)
-      throw RecordError("target longer than its slots: " + std::to_string(target.size()) +
-                        " tokens, " + std::to_string(slots) +
-                        " slots (source tokens + plm_target_slack)");
-  }
+  const std::size_t slots = target_slots(e.ids, target.size());
   e.segments.assign(e.ids.size(), 0);
   e.ids.insert(e.ids.end(), target.begin(), target.end());
   e.ids.resize(e.ids.size() + slots - target.size(), sep_);

@@ -142,6 +142,7 @@ class BOOST_SYMBOL_VISIBLE Objective {
   void corrupt(Batch& batch, std::span<const Example* const> examples, std::int64_t epoch,
                TrainingBatch& out) const;
   Example prepare_diffusion(const Record& record) const;
+  std::size_t target_slots(std::span<const TokenId> source, std::size_t target) const;
   void check_copy(const Example& e) const;  // RecordError: too long with the noised copy
   void noise(Batch& batch, std::span<const Example* const> examples,
              std::span<const SequenceMask> masks, std::int64_t epoch, TrainingBatch& out) const;
