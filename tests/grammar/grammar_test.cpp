@@ -139,6 +139,22 @@ TEST_CASE("gbnf: errors name the file and line and column", "[grammar]") {
             .find("rule 'expr' is left-recursive (expr -> expr)") != std::string::npos);
 }
 
+TEST_CASE("gbnf: long chains of optional items and deep nesting stay bounded", "[grammar]") {
+  // 223 x 223 optional items in a row: expanded without recursion (this overflowed the stack).
+  CHECK(accepts("root ::= \"a\" [bd]*? {223} {223}", "abdb"));
+  CHECK_FALSE(accepts("root ::= \"a\" [bd]*? {223} {223}", "abc"));
+  // Optional items repeated inside a repetition multiply parse-stack frames: refused by name.
+  try {
+    GrammarMatcher m(masque::grammar::parse_gbnf("root ::= (\"a\"?{3000}){3000}", "q.gbnf"));
+    FAIL("a grammar needing 9 million frames was accepted");
+  } catch (const masque::ConfigError& e) {
+    CHECK(std::string(e.what()).starts_with("q.gbnf: the grammar needs more than 2097152"));
+  }
+  const std::string deep = "root ::= " + std::string(1001, '(') + "\"a\"" + std::string(1001, ')');
+  CHECK(parse_error(deep) == "g.gbnf:1:1010: groups nested more than 1000 deep");
+  CHECK(accepts("root ::= " + std::string(1000, '(') + "\"a\"" + std::string(1000, ')'), "a"));
+}
+
 namespace {
 
 // A tokenizer over a fixed list of pieces (decode concatenates them; id 0 is the end token).

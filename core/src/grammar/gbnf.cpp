@@ -38,6 +38,7 @@ bool CharSet::matches_any_in(char32_t lo, char32_t hi) const {
 namespace {
 
 constexpr std::uint32_t kMaxRepetition = 10000;  // {m,n}: rules per bound, kept sane
+constexpr std::size_t kMaxGroupDepth = 1000;     // parsed by recursion: bounded stack
 
 using Sequence = std::vector<Element>;
 
@@ -64,6 +65,7 @@ class Parser {
     if (root == ids_.end()) fail_at(0, "no rule 'root' (the start rule)");
     Grammar g = flatten();
     g.root = root->second;
+    g.source = source_;
     check_left_recursion(g);
     return g;
   }
@@ -181,6 +183,8 @@ class Parser {
         const std::size_t at = pos_;
         seq.push_back({Element::Kind::rule, rule_id(parse_name(), at)});
       } else if (c == '(') {
+        if (++depth_ > kMaxGroupDepth)
+          fail("groups nested more than " + std::to_string(kMaxGroupDepth) + " deep");
         ++pos_;
         skip_space(true);
         const std::uint32_t id = new_rule(current_);
@@ -188,6 +192,7 @@ class Parser {
         rules_[id].alternatives = std::move(alternatives);
         if (peek() != ')') fail("expected ')'");
         ++pos_;
+        --depth_;
         seq.push_back({Element::Kind::rule, id});
       } else if (c == '*' || c == '+' || c == '?' || c == '{') {
         if (!have_item) fail(std::string("'") + c + "' repeats nothing");
@@ -478,6 +483,7 @@ class Parser {
 
   std::string_view text_;
   const std::string& source_;
+  std::size_t depth_ = 0;  // groups open at pos_
   std::size_t pos_ = 0;
   std::string current_;  // the rule being parsed: generated rules are named after it
   std::vector<RuleDraft> rules_;

@@ -38,6 +38,7 @@ struct Grammar {
   std::vector<std::vector<std::uint32_t>> alternatives;  // per rule: where each one starts
   std::vector<std::string> rule_names;                   // generated rules: "name-N"
   std::uint32_t root = 0;
+  std::string source;  // the file it was read from, for errors found while matching
 };
 
 // ConfigError "source:line:column: ..." for a malformed grammar, a rule used but not defined,

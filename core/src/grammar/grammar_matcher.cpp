@@ -1,6 +1,9 @@
 #include "grammar/grammar_matcher.hpp"
 
 #include <algorithm>
+#include <string>
+
+#include "masque/error.hpp"
 
 namespace masque::grammar {
 
@@ -34,7 +37,18 @@ void GrammarMatcher::next_stamp() {
 std::uint32_t GrammarMatcher::node(std::uint32_t parent, std::uint32_t pos) {
   const std::uint64_t key = (std::uint64_t{parent} << 32) | pos;
   const auto [it, added] = node_ids_.emplace(key, static_cast<std::uint32_t>(nodes_.size()));
-  if (added) nodes_.push_back({parent, pos});
+  if (added) {
+    // Nested repetitions of optional items (`("a"?{3000}){3000}`) multiply frames: refuse them
+    // in bounded memory rather than grow for minutes.
+    if (nodes_.size() >= kMaxNodes) {
+      node_ids_.erase(it);
+      throw ConfigError(grammar_.source + ": the grammar needs more than " +
+                        std::to_string(kMaxNodes) +
+                        " parse-stack frames (repetitions of optional items nested in other "
+                        "repetitions?): write it with fewer nested counts");
+    }
+    nodes_.push_back({parent, pos});
+  }
   return it->second;
 }
 
@@ -43,24 +57,32 @@ std::uint32_t GrammarMatcher::continuation(std::uint32_t parent, std::uint32_t p
 }
 
 void GrammarMatcher::expand(std::uint32_t top, std::vector<std::uint32_t>& out) {
-  // A frame reached twice in one step expands to the same stacks: once is enough (a chain of
-  // optional items would otherwise be walked once per combination: 2^n).
-  if (top >= seen_.size()) seen_.resize(nodes_.size() + 1024, 0);
-  if (seen_[top] == stamp_) return;
-  seen_[top] = stamp_;
-  if (top == 0) {
-    out.push_back(0);
-    return;
+  // Depth first over an explicit worklist: a long chain of nullable items (`x?{200}{200}`) would
+  // otherwise recurse once per item and overflow the stack. A frame reached twice in one step
+  // expands to the same stacks: once is enough (a chain of optional items would otherwise be
+  // walked once per combination: 2^n).
+  pending_.assign(1, top);
+  while (!pending_.empty()) {
+    const std::uint32_t t = pending_.back();
+    pending_.pop_back();
+    if (t >= seen_.size()) seen_.resize(nodes_.size() + 1024, 0);
+    if (seen_[t] == stamp_) continue;
+    seen_[t] = stamp_;
+    if (t == 0) {
+      out.push_back(0);
+      continue;
+    }
+    const Node frame = nodes_[t];
+    const Element& e = grammar_.elements[frame.pos];
+    if (e.kind == Element::Kind::chars) {
+      out.push_back(t);
+      continue;
+    }
+    const std::uint32_t after = continuation(frame.parent, frame.pos + 1);
+    const auto& starts = grammar_.alternatives[e.index];
+    for (auto it = starts.rbegin(); it != starts.rend(); ++it)
+      pending_.push_back(continuation(after, *it));
   }
-  const Node frame = nodes_[top];
-  const Element& e = grammar_.elements[frame.pos];
-  if (e.kind == Element::Kind::chars) {
-    out.push_back(top);
-    return;
-  }
-  const std::uint32_t after = continuation(frame.parent, frame.pos + 1);
-  for (std::uint32_t start : grammar_.alternatives[e.index])
-    expand(continuation(after, start), out);
 }
 
 const CharSet& GrammarMatcher::waiting_on(std::uint32_t top) const {

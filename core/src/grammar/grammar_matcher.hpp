@@ -70,6 +70,8 @@ class GrammarMatcher {
   StateId step_slow(StateId state, std::uint8_t byte);
   const CharSet& waiting_on(std::uint32_t top) const;
 
+  static constexpr std::size_t kMaxNodes = std::size_t{1} << 21;  // ~100 MB of frames
+
   Grammar grammar_;
   std::vector<Node> nodes_;
   std::unordered_map<std::uint64_t, std::uint32_t> node_ids_;
@@ -80,6 +82,7 @@ class GrammarMatcher {
   StateId start_ = kDead;
   std::vector<std::uint32_t> seen_;  // per node: the stamp of the step that last expanded it
   std::uint32_t stamp_ = 0;
+  std::vector<std::uint32_t> pending_;  // expand's worklist, kept to reuse its storage
 };
 
 }  // namespace masque::grammar
