@@ -28,6 +28,7 @@ GrammarMatcher::GrammarMatcher(Grammar grammar) : grammar_(std::move(grammar)) {
 }
 
 void GrammarMatcher::next_stamp() {
+  step_first_node_ = nodes_.size();
   if (++stamp_ == 0) {  // wrapped: forget every mark
     std::fill(seen_.begin(), seen_.end(), 0);
     stamp_ = 1;
@@ -40,11 +41,11 @@ std::uint32_t GrammarMatcher::node(std::uint32_t parent, std::uint32_t pos) {
   if (added) {
     // Nested repetitions of optional items (`("a"?{3000}){3000}`) multiply frames: refuse them
     // in bounded memory rather than grow for minutes.
-    if (nodes_.size() >= kMaxNodes) {
+    if (nodes_.size() - step_first_node_ >= kMaxNodesPerStep) {
       node_ids_.erase(it);
-      throw ConfigError(grammar_.source + ": the grammar needs more than " +
-                        std::to_string(kMaxNodes) +
-                        " parse-stack frames (repetitions of optional items nested in other "
+      throw ConfigError(grammar_.source + ": one step of the grammar needs more than " +
+                        std::to_string(kMaxNodesPerStep) +
+                        " new parse-stack frames (repetitions of optional items nested in other "
                         "repetitions?): write it with fewer nested counts");
     }
     nodes_.push_back({parent, pos});

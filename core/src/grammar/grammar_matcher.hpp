@@ -70,7 +70,8 @@ class GrammarMatcher {
   StateId step_slow(StateId state, std::uint8_t byte);
   const CharSet& waiting_on(std::uint32_t top) const;
 
-  static constexpr std::size_t kMaxNodes = std::size_t{1} << 21;  // ~100 MB of frames
+  // Frames one step may add (~12 MB): a bound on a pathological grammar, not on a long run.
+  static constexpr std::size_t kMaxNodesPerStep = std::size_t{1} << 18;
 
   Grammar grammar_;
   std::vector<Node> nodes_;
@@ -82,6 +83,7 @@ class GrammarMatcher {
   StateId start_ = kDead;
   std::vector<std::uint32_t> seen_;  // per node: the stamp of the step that last expanded it
   std::uint32_t stamp_ = 0;
+  std::size_t step_first_node_ = 0;     // nodes_.size() when this step began
   std::vector<std::uint32_t> pending_;  // expand's worklist, kept to reuse its storage
 };
 
