@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -21,6 +22,12 @@ using masque::test::transpose;
 namespace {
 
 constexpr double kTol = 1e-5;
+
+Tensor to_bf16(const Tensor& t) {
+  Tensor h(t.shape(), DType::bf16);
+  round_to_bf16(t.f32(), t.numel(), static_cast<std::uint16_t*>(h.raw()));
+  return h;
+}
 
 }  // namespace
 
@@ -245,4 +252,57 @@ TEST_CASE("thread counts are per calling thread", "[numerics][threads]") {
   }
   CHECK(thread_count() == before);
   CHECK_THROWS_AS(set_thread_count(0), ConfigError);
+}
+
+TEST_CASE("Linear packs a large BF16 weight slice by slice to its widened weight's bits",
+          "[numerics][linear]") {
+  // 70,000 features of 64 inputs: more than one 16 MB slice of widened features, and a last
+  // slice that is not a multiple of the layout's blocks.
+  constexpr std::int64_t kOut = 70000, kIn = 64;
+  const Tensor bf16 = to_bf16(random_tensor({kOut, kIn}, 71));
+  const Tensor widened = bf16.to_f32();
+  const Tensor x = random_tensor({3, kIn}, 72);
+  std::vector<DType> types = {DType::f32, DType::i8, DType::i4};
+  if (bf16_matmul_supported()) types.push_back(DType::bf16);
+  for (const WeightLayout layout : {WeightLayout::out_in, WeightLayout::in_out}) {
+    const bool out_in = layout == WeightLayout::out_in;
+    // The [in, out] weight in BF16: exact, its values are bf16 already.
+    const Tensor source16 = out_in ? bf16 : to_bf16(transpose(widened));
+    const Tensor source32 = source16.to_f32();
+    for (const DType type : types) {
+      CAPTURE(out_in, to_string(type));
+      std::vector<std::size_t> released;
+      const LinearOptions options{.layout = layout, .compute = type};
+      const Linear from16(source16, Tensor(), options, Int8Policy::always,
+                          [&](std::size_t bytes) { released.push_back(bytes); });
+      const Linear from32(source32, Tensor(), options);
+      Tensor y16, y32;
+      from16.forward(x, y16);
+      from32.forward(x, y32);
+      REQUIRE(y16.shape() == y32.shape());
+      CHECK(std::memcmp(y16.raw(), y32.raw(), y16.bytes()) == 0);
+      // A weight read in order reports its rows as they are done, never past its end.
+      CHECK(std::is_sorted(released.begin(), released.end()));
+      for (const std::size_t b : released) CHECK(b <= source16.bytes());
+      if (out_in && type != DType::bf16) CHECK(!released.empty());
+    }
+  }
+}
+
+TEST_CASE("Linear::concat keeps BF16 pieces BF16 and gives their widened pieces' bits",
+          "[numerics][linear]") {
+  const Tensor a = to_bf16(random_tensor({96, 64}, 81)), b = to_bf16(random_tensor({32, 64}, 82));
+  const Tensor x = random_tensor({4, 64}, 83);
+  CHECK(concat_rows(std::vector<Tensor>{a, b}).dtype() == DType::bf16);
+  CHECK(concat_rows(std::vector<Tensor>{a, b.to_f32()}).dtype() == DType::f32);
+  for (const WeightLayout layout : {WeightLayout::out_in, WeightLayout::in_out}) {
+    const bool out_in = layout == WeightLayout::out_in;
+    auto laid = [&](const Tensor& t) { return out_in ? t : to_bf16(transpose(t.to_f32())); };
+    const std::vector<Tensor> halves{laid(a), laid(b)};
+    const std::vector<Tensor> floats{halves[0].to_f32(), halves[1].to_f32()};
+    Tensor y16, y32;
+    Linear::concat(halves, {}, {.layout = layout}).forward(x, y16);
+    Linear::concat(floats, {}, {.layout = layout}).forward(x, y32);
+    CHECK(std::memcmp(y16.raw(), y32.raw(), y16.bytes()) == 0);
+  }
 }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -109,12 +110,18 @@ BOOST_SYMBOL_VISIBLE QuantizedWeight quantize_weight(const Tensor& weight, Weigh
 // y = act(x W^T + b). The weight is packed once, at construction, into oneDNN's preferred
 // layout and type (a copy: the source tensor, e.g. a mapped file, may go away). oneDNN primitives
 // are created once per (rows, thread count) and reused.
+// Told, while a Linear quantizes its weight in order, that the weight's first `bytes` will not
+// be read again (a memory-mapped source can drop those pages: SafeTensors::release).
+using SourceRelease = std::function<void(std::size_t bytes)>;
+
 class BOOST_SYMBOL_VISIBLE Linear {
  public:
   Linear() = default;
   // `weight` F32/F16/BF16 in `options.layout`; `bias` [out] or empty.
   Linear(const Tensor& weight, const Tensor& bias = {}, LinearOptions options = {});
   Linear(const Tensor& weight, const Tensor& bias, LinearOptions options, Int8Policy policy);
+  Linear(const Tensor& weight, const Tensor& bias, LinearOptions options, Int8Policy policy,
+         const SourceRelease& release);
   // Several projections of the same input as one matmul (e.g. q, k, v): the weights (all
   // [out_i, in] or all [in, out_i] as `options.layout` says) are concatenated along `out`, and so
   // are the biases (all given or all empty). The output columns follow the order given.
@@ -233,7 +240,8 @@ class BOOST_SYMBOL_VISIBLE Rotary {
   std::shared_ptr<const std::vector<float>> table_;  // [max_positions][cos (half) | sin (half)]
 };
 
-// Concatenates 2-D tensors along dimension 0 (e.g. to fuse q/k/v weights); f32 output.
+// Concatenates 2-D tensors along dimension 0 (e.g. to fuse q/k/v weights): in their type when
+// they share one (a BF16 checkpoint's weights stay BF16), else as f32.
 Tensor concat_rows(std::span<const Tensor> parts);
 
 }  // namespace masque

@@ -66,6 +66,9 @@ class BOOST_SYMBOL_VISIBLE SafeTensors {
   // must not stay resident beside its copy. Views stay valid: a page touched again is read from
   // the file again. Nothing for tensors held in memory.
   void release(std::string_view name) const;
+  // The same for the tensor's first `leading_bytes` (a weight consumed in order: its pages go as
+  // it is read, so a large one is never resident whole beside its copy).
+  void release(std::string_view name, std::size_t leading_bytes) const;
 
  private:
   struct Impl;

@@ -13,6 +13,7 @@
 #include "masque/ops.hpp"
 #include "masque/threading.hpp"
 #include "numerics/parallel.hpp"
+#include "numerics/release_in_order.hpp"
 #include "numerics/simd.hpp"
 
 namespace masque::numerics {
@@ -366,7 +367,8 @@ Int4Weights quantize_int4(const float* w, WeightLayout layout, std::int64_t in, 
   return q;
 }
 
-Int4Weights quantize_int4(const Tensor& w, WeightLayout layout, std::int64_t group) {
+Int4Weights quantize_int4(const Tensor& w, WeightLayout layout, std::int64_t group,
+                          const SourceRelease& release) {
   const bool out_in = layout == WeightLayout::out_in;
   const std::int64_t in = w.dim(out_in ? 1 : 0), out = w.dim(out_in ? 0 : 1);
   auto check = [](const float* values, std::int64_t n) {
@@ -384,6 +386,7 @@ Int4Weights quantize_int4(const Tensor& w, WeightLayout layout, std::int64_t gro
                 std::vector<std::uint16_t>(out * (in / group))};
   std::vector<float> row(in);
   const auto* bits = static_cast<const std::uint16_t*>(w.raw());
+  ReleaseInOrder done(release, static_cast<std::size_t>(in) * sizeof(std::uint16_t));
   for (std::int64_t n = 0; n < out; ++n) {
     if (w.dtype() == DType::bf16)
       widen_bf16(bits + n * in, in, row.data());
@@ -392,6 +395,7 @@ Int4Weights quantize_int4(const Tensor& w, WeightLayout layout, std::int64_t gro
     check(row.data(), in);
     quantize_feature(row.data(), in, group, q.nibbles.data() + n * in / 2,
                      q.scales.data() + n * (in / group));
+    done.row(n);
   }
   return q;
 }

@@ -37,8 +37,10 @@ bool int4_fits(std::int64_t in, std::int64_t group);
 Int4Weights quantize_int4(const float* w, WeightLayout layout, std::int64_t in, std::int64_t out,
                           std::int64_t group);
 // The same from a tensor in its stored type (F32, BF16, F16), a feature at a time: an [out, in]
-// BF16 checkpoint is never widened whole. RuntimeError for a value that is not finite.
-Int4Weights quantize_int4(const Tensor& w, WeightLayout layout, std::int64_t group);
+// BF16 checkpoint is never widened whole, and `release` (if set) is told as its rows are done.
+// RuntimeError for a value that is not finite.
+Int4Weights quantize_int4(const Tensor& w, WeightLayout layout, std::int64_t group,
+                          const SourceRelease& release = {});
 
 // The kernels, all giving the same bits; run() takes the best this CPU has.
 enum class Int4Kernel { portable, avx2, avx512_vnni };

@@ -49,6 +49,7 @@
 #include "numerics/int4_product.hpp"
 #include "numerics/int8_row_product.hpp"
 #include "numerics/parallel.hpp"
+#include "numerics/release_in_order.hpp"
 #include "numerics/row_product.hpp"
 #include "numerics/simd.hpp"
 #include "numerics/tensor_checks.hpp"
@@ -185,10 +186,17 @@ struct Linear::Impl {
   mutable std::map<Key, std::shared_ptr<const Executable>> cache;
 
   // Construction: the bias (f32, f16 or bf16 [out], or empty); the int4 product; the parts'
-  // packed weights from w32 (f32, f32 and bf16 layers) or from s8 (int8 layers, quantized).
+  // packed weights from the stored weight (f32 and bf16 layers: F32, BF16 or F16, converted by
+  // the packing reorder) or from s8 (int8 layers, quantized).
   void set_bias(const Tensor& bias);
   void make_int4(numerics::Int4Weights weights, const Tensor& bias);
-  void pack(const Tensor& w32, WeightLayout layout, const dnnl::memory& s8);
+  // `s8_storage`: the buffer of an s8 weight made for this layer, adopted as the packed weights
+  // where their layout is its own (else s8 is reordered and the buffer dropped).
+  // `release`: told as an [out, in] 16-bit weight's rows are packed (one part only).
+  void pack(const Tensor& w, WeightLayout layout, const dnnl::memory& s8,
+            std::shared_ptr<void>* s8_storage = nullptr, const SourceRelease& release = {});
+  void pack_widened(const Tensor& w, WeightLayout layout, const Part& part,
+                    const SourceRelease& release) const;
 
   dnnl::primitive_desc describe(std::int64_t rows, std::size_t part,
                                 const dnnl::memory::desc& wmd) const;
@@ -328,18 +336,24 @@ dt compute_type(DType compute) {
                      to_string(compute));
 }
 
-// Rows [begin, begin + depth) of the weight as a [K, N] f32 memory in its stored layout (a view
-// of the tensor's data, whose full shape is in x out in `layout`); for a convolution, the whole
-// weight as [N, K, 1, 1].
-dnnl::memory source_weights(const Tensor& w32, WeightLayout layout, std::int64_t in,
-                            std::int64_t out, std::int64_t begin, std::int64_t depth,
-                            bool convolution) {
+// The oneDNN type of a stored weight (F32, BF16 or F16).
+dt stored_type(DType t) {
+  return t == DType::f32 ? dt::f32 : t == DType::bf16 ? dt::bf16 : dt::f16;
+}
+
+// Rows [begin, begin + depth) of the weight as a [K, N] memory of its stored type and layout (a
+// view of the tensor's data, whose full shape is in x out in `layout`; the reorder that packs it
+// converts the type, so no f32 copy is made); for a convolution, the whole weight as [N, K, 1, 1].
+dnnl::memory source_weights(const Tensor& w, WeightLayout layout, std::int64_t in, std::int64_t out,
+                            std::int64_t begin, std::int64_t depth, bool convolution) {
   const bool out_in = layout == WeightLayout::out_in;  // element (k, n) at n * in + k
   const std::int64_t k_stride = out_in ? 1 : out, n_stride = out_in ? in : 1;
-  float* data = const_cast<float*>(w32.f32()) + begin * k_stride;
+  auto* data = static_cast<std::uint8_t*>(const_cast<void*>(w.raw())) +
+               begin * k_stride * static_cast<std::int64_t>(dtype_size(w.dtype()));
+  const dt type = stored_type(w.dtype());
   if (convolution)
-    return dnnl::memory({{out, in, 1, 1}, dt::f32, {n_stride, k_stride, 1, 1}}, cpu_engine(), data);
-  return dnnl::memory({{depth, out}, dt::f32, {k_stride, n_stride}}, cpu_engine(), data);
+    return dnnl::memory({{out, in, 1, 1}, type, {n_stride, k_stride, 1, 1}}, cpu_engine(), data);
+  return dnnl::memory({{depth, out}, type, {k_stride, n_stride}}, cpu_engine(), data);
 }
 
 // Whether oneDNN runs an f32 matmul of this shape on its gemm driver (no AVX-512), whose
@@ -410,34 +424,63 @@ MASQUE_VECTORIZE void column_abs_max(const float* __restrict w, std::int64_t row
     for (std::int64_t n = 0; n < cols; ++n) amax[n] = std::max(amax[n], std::fabs(w[k * cols + n]));
 }
 
+// Row r of a row-major matrix of `cols` values in its stored type, as f32 (a view for F32).
+const float* widened_row(const Tensor& w, std::int64_t r, std::int64_t cols,
+                         std::vector<float>& buffer) {
+  if (w.dtype() == DType::f32) return w.f32() + r * cols;
+  buffer.resize(static_cast<std::size_t>(cols));
+  const auto* bits = static_cast<const std::uint16_t*>(w.raw()) + r * cols;
+  if (w.dtype() == DType::bf16)
+    widen_bf16(bits, cols, buffer.data());
+  else
+    widen_f16(bits, cols, buffer.data());
+  return buffer.data();
+}
+
+[[noreturn]] void fail_not_finite() {
+  throw RuntimeError(
+      "Linear: the weight has values that are not finite; they cannot be quantized to int8");
+}
+
 // The weight quantized per output feature, as a [K, N] s8 memory in the weight's own layout, and
-// the scales (into `scales`; the buffer into `storage`).
-dnnl::memory quantize_weights(const Tensor& w32, WeightLayout layout, std::int64_t in,
+// the scales (into `scales`; the buffer into `storage`). Read a stored row at a time: a BF16
+// weight is never widened whole.
+dnnl::memory quantize_weights(const Tensor& w, WeightLayout layout, std::int64_t in,
                               std::int64_t out, std::vector<float>& scales,
-                              std::shared_ptr<void>& storage) {
-  const float* w = w32.f32();
+                              std::shared_ptr<void>& storage, const SourceRelease& release = {}) {
   const auto levels = static_cast<float>(int8_weight_levels());
-  if (std::isnan(int8_scale(w, in * out, levels)))  // (vectorised)
-    throw RuntimeError(
-        "Linear: the weight has values that are not finite; they cannot be "
-        "quantized to int8");
-  auto q = std::make_shared<std::vector<std::int8_t>>(in * out);
-  scales.resize(out);
   const bool out_in = layout == WeightLayout::out_in;
+  const dnnl::memory::desc md({in, out}, dt::s8,
+                              out_in ? dnnl::memory::dims{1, in} : dnnl::memory::dims{out, 1});
+  // Allocated as packed weights are: where the packed layout is this one, it is adopted.
+  dnnl::memory m = numerics::layer_memory(md, storage);
+  auto* q = static_cast<std::int8_t*>(m.get_data_handle());
+  scales.resize(out);
+  std::vector<float> buffer;
+  const std::size_t row_bytes = static_cast<std::size_t>(out_in ? in : out) * dtype_size(w.dtype());
+  numerics::ReleaseInOrder done(release, row_bytes);
   if (out_in) {
     for (std::int64_t n = 0; n < out; ++n) {
-      scales[n] = int8_scale(w + n * in, in, levels);
-      quantize_s8(w + n * in, in, scales[n], levels, q->data() + n * in);
+      const float* row = widened_row(w, n, in, buffer);
+      scales[n] = int8_scale(row, in, levels);
+      if (std::isnan(scales[n])) fail_not_finite();
+      quantize_s8(row, in, scales[n], levels, q + n * in);
+      done.row(n);
     }
   } else {
-    column_abs_max(w, in, out, scales.data());
-    for (float& s : scales) s /= levels;
-    quantize_columns(w, in, out, scales.data(), levels, q->data());
+    std::vector<float> amax(out, 0.0f);
+    for (std::int64_t k = 0; k < in; ++k) {
+      const float* row = widened_row(w, k, out, buffer);
+      if (std::isnan(numerics::abs_max_of(row, out))) fail_not_finite();
+      column_abs_max(row, 1, out, scales.data());
+      for (std::int64_t n = 0; n < out; ++n) amax[n] = std::max(amax[n], scales[n]);
+    }
+    for (std::int64_t n = 0; n < out; ++n) scales[n] = amax[n] / levels;
+    for (std::int64_t k = 0; k < in; ++k) {
+      quantize_columns(widened_row(w, k, out, buffer), 1, out, scales.data(), levels, q + k * out);
+      done.row(k);
+    }
   }
-  dnnl::memory::desc md({in, out}, dt::s8,
-                        out_in ? dnnl::memory::dims{1, in} : dnnl::memory::dims{out, 1});
-  dnnl::memory m(md, cpu_engine(), q->data());
-  storage = q;
   return m;
 }
 
@@ -577,7 +620,11 @@ bool quantizes(std::int64_t in, std::int64_t out, MatmulType type) {
          (type.compute == DType::i8 || numerics::int4_fits(in, type.group_size));
 }
 
-Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options, Int8Policy policy) {
+Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options, Int8Policy policy)
+    : Linear(weight, bias, options, policy, SourceRelease()) {}
+
+Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options, Int8Policy policy,
+               const SourceRelease& release) {
   if (weight.rank() != 2 || !is_floating(weight.dtype()))
     throw RuntimeError("Linear: the weight must be a 2-D floating-point tensor, got " +
                        std::string(to_string(weight.dtype())) + " " + to_string(weight.shape()));
@@ -595,20 +642,20 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options, 
     throw RuntimeError("Linear: empty weight " + to_string(weight.shape()));
 
   if (options.compute == DType::i4) {  // quantized from the stored type, a feature at a time
-    impl->make_int4(numerics::quantize_int4(weight, options.layout, options.group_size), bias);
+    impl->make_int4(numerics::quantize_int4(weight, options.layout, options.group_size, release),
+                    bias);
     impl_ = std::move(impl);
     return;
   }
-  const Tensor w32 = weight.dtype() == DType::f32 ? weight : weight.to_f32();
   impl->compute = compute_type(options.compute);
   impl->convolution = impl->compute == dt::f32 && prefer_convolution(impl->in, impl->out);
   impl->set_bias(bias);
   std::shared_ptr<void> quantized;  // s8: the weight quantized, before packing
   dnnl::memory s8_weights;
   if (impl->compute == dt::s8)
-    s8_weights =
-        quantize_weights(w32, options.layout, impl->in, impl->out, impl->weight_scales, quantized);
-  impl->pack(w32, options.layout, s8_weights);
+    s8_weights = quantize_weights(weight, options.layout, impl->in, impl->out, impl->weight_scales,
+                                  quantized, release);
+  impl->pack(weight, options.layout, s8_weights, &quantized, release);
   impl_ = std::move(impl);
 }
 
@@ -633,7 +680,8 @@ void Linear::Impl::make_int4(numerics::Int4Weights weights, const Tensor& b) {
                                                  b32.empty() ? nullptr : b32.f32(), activation);
 }
 
-void Linear::Impl::pack(const Tensor& w32, WeightLayout layout, const dnnl::memory& s8) {
+void Linear::Impl::pack(const Tensor& w, WeightLayout layout, const dnnl::memory& s8,
+                        std::shared_ptr<void>* s8_storage, const SourceRelease& release) {
   for (const auto& [begin, depth] : input_slices(in, compute))
     parts.push_back(
         {.begin = begin, .depth = depth, .weights_md = {}, .weights = {}, .storage = {}});
@@ -654,14 +702,66 @@ void Linear::Impl::pack(const Tensor& w32, WeightLayout layout, const dnnl::memo
     if (compute == dt::s8 && parts.size() == 1 &&
         std::string(pd.impl_info_str()).rfind("gemm", 0) == 0)
       pd = describe(kPackRows, i, dnnl::memory::desc({in, out}, dt::s8, tag::ba));
-    dnnl::memory src = compute == dt::s8 ? s8
-                                         : source_weights(w32, layout, in, out, part.begin,
-                                                          part.depth, convolution);
+    dnnl::memory src =
+        compute == dt::s8 ? s8
+                          : source_weights(w, layout, in, out, part.begin, part.depth, convolution);
     part.weights_md = pd.weights_desc();
+    if (compute == dt::s8 && s8_storage && parts.size() == 1 && src.get_desc() == part.weights_md) {
+      part.weights = src;  // quantized in the packed layout: no second copy
+      part.storage = std::move(*s8_storage);
+      continue;
+    }
     part.weights = numerics::layer_memory(part.weights_md, part.storage);
+    if (compute != dt::s8 && w.dtype() != DType::f32) {
+      const bool in_order = parts.size() == 1 && layout == WeightLayout::out_in;
+      pack_widened(w, layout, part, in_order ? release : SourceRelease());
+      continue;
+    }
     dnnl::reorder(src, part.weights).execute(thread_stream(), src, part.weights);
   }
   thread_stream().wait();
+}
+
+// A BF16 or F16 weight packed a slice of output features at a time, each slice widened to f32
+// and reordered into its place: oneDNN 2.6 has no fast reorder from 16-bit types to blocked
+// layouts (the reference one took 40 s for a 0.5B model), and a slice, unlike the whole weight
+// widened at once, adds little to the memory the packed copy takes.
+void Linear::Impl::pack_widened(const Tensor& w, WeightLayout layout, const Part& part,
+                                const SourceRelease& release) const {
+  constexpr std::int64_t kSliceBytes = std::int64_t{16} << 20, kAlign = 64;
+  const bool out_in = layout == WeightLayout::out_in;
+  const std::int64_t depth = part.depth;
+  const std::int64_t slice =
+      std::max(kAlign, kSliceBytes / (depth * std::int64_t{sizeof(float)}) / kAlign * kAlign);
+  // The padding of a blocked layout must be zeros; slices write only their own features.
+  std::memset(part.weights.get_data_handle(), 0, part.weights_md.get_size());
+  std::vector<float> buffer;
+  for (std::int64_t n0 = 0; n0 < out; n0 += slice) {
+    const std::int64_t c = std::min(slice, out - n0);
+    buffer.resize(static_cast<std::size_t>(c * depth));
+    std::vector<float> row;
+    for (std::int64_t i = 0; i < (out_in ? c : depth); ++i) {
+      // out_in: feature n0 + i's inputs [begin, begin + depth); in_out: input begin + i's
+      // features [n0, n0 + c).
+      const std::int64_t r = out_in ? n0 + i : part.begin + i;
+      const float* from = widened_row(w, r, out_in ? in : out, row);
+      std::memcpy(buffer.data() + i * (out_in ? depth : c), from + (out_in ? part.begin : n0),
+                  static_cast<std::size_t>(out_in ? depth : c) * sizeof(float));
+    }
+    // Element (k, n) of the slice: at n * depth + k (out_in) or k * c + n (in_out).
+    const std::int64_t k_stride = out_in ? 1 : c, n_stride = out_in ? depth : 1;
+    dnnl::memory src = convolution
+                           ? dnnl::memory({{c, depth, 1, 1}, dt::f32, {n_stride, k_stride, 1, 1}},
+                                          cpu_engine(), buffer.data())
+                           : dnnl::memory({{depth, c}, dt::f32, {k_stride, n_stride}}, cpu_engine(),
+                                          buffer.data());
+    dnnl::memory dst(convolution ? part.weights_md.submemory_desc({c, depth, 1, 1}, {n0, 0, 0, 0})
+                                 : part.weights_md.submemory_desc({depth, c}, {0, n0}),
+                     cpu_engine(), part.weights.get_data_handle());
+    dnnl::reorder(src, dst).execute(thread_stream(), src, dst);
+    thread_stream().wait();
+    if (release) release(static_cast<std::size_t>((n0 + c) * in) * dtype_size(w.dtype()));
+  }
 }
 
 QuantizedWeight quantize_weight(const Tensor& weight, WeightLayout layout, MatmulType type) {
@@ -684,16 +784,15 @@ QuantizedWeight quantize_weight(const Tensor& weight, WeightLayout layout, Matmu
   if (type.compute != DType::i8)
     throw RuntimeError(std::string("quantize_weight: ") + to_string(type.compute) +
                        " is not a quantized type (i8, i4)");
-  const Tensor w32 = weight.dtype() == DType::f32 ? weight : weight.to_f32();
   std::vector<float> scales;
   std::shared_ptr<void> storage;
-  quantize_weights(w32, layout, in, out, scales, storage);
-  const auto& bytes = *std::static_pointer_cast<std::vector<std::int8_t>>(storage);
+  const dnnl::memory m = quantize_weights(weight, layout, in, out, scales, storage);
+  const auto* bytes = static_cast<const std::int8_t*>(m.get_data_handle());
   q.levels = int8_weight_levels();
   q.values = Tensor({out, in}, DType::i8);
   auto* v = static_cast<std::int8_t*>(q.values.raw());
   if (out_in)
-    std::memcpy(v, bytes.data(), bytes.size());
+    std::memcpy(v, bytes, static_cast<std::size_t>(in * out));
   else  // quantized as [in][out]: transposed
     for (std::int64_t k = 0; k < in; ++k)
       for (std::int64_t n = 0; n < out; ++n) v[n * in + k] = bytes[k * out + n];
@@ -833,12 +932,18 @@ Linear Linear::concat(std::span<const Tensor> weights, std::span<const Tensor> b
                            ", out] weights, got " + to_string(p.shape()));
       out += p.dim(1);
     }
-    w = Tensor({in, out});
+    DType type = weights.front().dtype();
+    for (const auto& p : weights)
+      if (p.dtype() != type) type = DType::f32;
+    w = Tensor({in, out}, type);
+    const std::size_t size = dtype_size(type);
+    auto* o = static_cast<std::uint8_t*>(w.raw());
     std::int64_t col = 0;
     for (const auto& p : weights) {
-      const Tensor f = p.dtype() == DType::f32 ? p : p.to_f32();
+      const Tensor f = p.dtype() == type ? p : p.to_f32();
+      const auto* from = static_cast<const std::uint8_t*>(f.raw());
       for (std::int64_t r = 0; r < in; ++r)
-        std::memcpy(w.f32() + r * out + col, f.f32() + r * f.dim(1), f.dim(1) * sizeof(float));
+        std::memcpy(o + (r * out + col) * size, from + r * f.dim(1) * size, f.dim(1) * size);
       col += f.dim(1);
     }
   }

@@ -131,6 +131,18 @@ void Rotary::apply(Tensor& x, std::int32_t heads, std::span<const std::int32_t> 
   apply(x.f32(), x.numel() / width, width, heads, positions);
 }
 
+namespace {
+
+// The parts' type when they all have it, else f32.
+DType common_type(std::span<const Tensor> parts) {
+  const DType first = parts.front().dtype();
+  for (const auto& p : parts)
+    if (p.dtype() != first) return DType::f32;
+  return first;
+}
+
+}  // namespace
+
 Tensor concat_rows(std::span<const Tensor> parts) {
   if (parts.empty()) throw RuntimeError("concat_rows: nothing to concatenate");
   const std::int64_t cols = parts.front().rank() == 2 ? parts.front().dim(1) : -1;
@@ -141,12 +153,13 @@ Tensor concat_rows(std::span<const Tensor> parts) {
                          " columns, got " + to_string(p.shape()));
     rows += p.dim(0);
   }
-  Tensor out({rows, cols});
-  float* o = out.f32();
+  const DType type = common_type(parts);
+  Tensor out({rows, cols}, type);
+  auto* o = static_cast<std::uint8_t*>(out.raw());
   for (const auto& p : parts) {
-    const Tensor f = p.dtype() == DType::f32 ? p : p.to_f32();
-    std::memcpy(o, f.f32(), f.bytes());
-    o += f.numel();
+    const Tensor f = p.dtype() == type ? p : p.to_f32();
+    std::memcpy(o, f.raw(), f.bytes());
+    o += f.bytes();
   }
   return out;
 }

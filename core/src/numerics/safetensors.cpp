@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <span>
 #include <sstream>
 #include <utility>
@@ -425,18 +426,27 @@ Tensor SafeTensors::get_float(std::string_view name, const Shape& expected) cons
     fail(e.file, e.name,
          "is " + std::string(to_string(t.dtype())) + ", expected a floating-point tensor");
   const auto n = static_cast<std::size_t>(t.numel());
+  const std::size_t size = dtype_size(t.dtype());
+  // Checked a chunk at a time, each chunk's pages dropped once checked: a large weight is
+  // never resident whole only for this check (its user reads it again, in order).
+  constexpr std::size_t kChunkBytes = std::size_t{16} << 20;
+  const std::size_t chunk = kChunkBytes / size;
   std::size_t bad = n;
   bool nan = false;
-  if (t.dtype() == DType::f32) {
-    const std::span<const float> values(t.f32(), n);
-    bad = first_non_finite(values);
-    nan = bad < n && std::isnan(values[bad]);
-  } else {
-    const auto* v = static_cast<const std::uint16_t*>(t.raw());
-    const std::uint16_t exponent = t.dtype() == DType::bf16 ? 0x7f80 : 0x7c00;
-    const std::uint16_t mantissa = t.dtype() == DType::bf16 ? 0x007f : 0x03ff;
-    bad = first_non_finite_16(v, n, exponent);
-    nan = bad < n && (v[bad] & mantissa) != 0;
+  for (std::size_t begin = 0; begin < n && bad == n; begin += chunk) {
+    const std::size_t count = std::min(chunk, n - begin);
+    if (t.dtype() == DType::f32) {
+      const std::span<const float> values(t.f32() + begin, count);
+      const std::size_t i = first_non_finite(values);
+      if (i < count) bad = begin + i, nan = std::isnan(values[i]);
+    } else {
+      const auto* v = static_cast<const std::uint16_t*>(t.raw()) + begin;
+      const std::uint16_t exponent = t.dtype() == DType::bf16 ? 0x7f80 : 0x7c00;
+      const std::uint16_t mantissa = t.dtype() == DType::bf16 ? 0x007f : 0x03ff;
+      const std::size_t i = first_non_finite_16(v, count, exponent);
+      if (i < count) bad = begin + i, nan = (v[i] & mantissa) != 0;
+    }
+    if (bad == n && n * size > 2 * kChunkBytes) release(name, (begin + count) * size);
   }
   if (bad < n)
     fail(e.file, e.name,
@@ -446,6 +456,10 @@ Tensor SafeTensors::get_float(std::string_view name, const Shape& expected) cons
 }
 
 void SafeTensors::release(std::string_view name) const {
+  release(name, std::numeric_limits<std::size_t>::max());
+}
+
+void SafeTensors::release(std::string_view name, std::size_t leading_bytes) const {
   const auto& impl = need(impl_);
   if (impl.held.count(std::string(name))) return;
   const SafeTensorEntry& e = impl.entry(name);
@@ -455,7 +469,7 @@ void SafeTensors::release(std::string_view name) const {
   const auto base = reinterpret_cast<std::uintptr_t>(it->second->data());
   // Whole pages inside the span only: a neighbour sharing a page keeps it.
   const std::uintptr_t begin = (base + e.offset + page - 1) / page * page;
-  const std::uintptr_t end = (base + e.offset + e.size) / page * page;
+  const std::uintptr_t end = (base + e.offset + std::min(e.size, leading_bytes)) / page * page;
   if (end > begin)
     ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice: may fail
 }

@@ -143,7 +143,8 @@ Linear WeightReader::linear(const LinearSpec& spec, Activation activation) const
                 .layout = spec.layout,
                 .compute = matmul_.compute,
                 .group_size = matmul_.group_size},
-               Int8Policy::where_it_pays);
+               Int8Policy::where_it_pays,
+               [&](std::size_t bytes) { checkpoint_.release(spec.weight.name, bytes); });
   checkpoint_.release(spec.weight.name);
   return layer;
 }
@@ -170,7 +171,9 @@ Linear WeightReader::fused(std::span<const LinearSpec> specs, Activation activat
     for (const LinearSpec& s : specs) release_quantized(checkpoint_, s.weight.name);
     return layer;
   }
-  for (const LinearSpec& s : specs) weights.push_back(tensor(s.weight));
+  // In their stored type (a BF16 checkpoint's pieces are fused as BF16).
+  for (const LinearSpec& s : specs)
+    weights.push_back(checkpoint_.get_float(s.weight.name, s.weight.shape));
   Linear layer = Linear::concat(weights, biases,
                                 {.activation = activation,
                                  .layout = specs.front().layout,
