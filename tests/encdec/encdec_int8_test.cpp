@@ -47,7 +47,7 @@ bool same_bits(const float* got, const std::vector<float>& want) {
 TEST_CASE("int8 and bf16 matmuls: teacher-forced log-probs near examples.jsonl", "[encdec][int8]") {
   for (const char* dtype : {"int8", "bf16"}) {
     if (std::string(dtype) == "bf16" && !masque::test::cpu_has_bf16_matmuls()) {
-      CHECK_THROWS_WITH(load_with(dtype), Catch::Contains("no BF16 matmul on this CPU"));
+      CHECK_THROWS_WITH(load_with(dtype), Catch::Contains("no bf16 matmul on this CPU"));
       continue;
     }
     const LoadedModel model = load_with(dtype);

@@ -112,7 +112,7 @@ TEST_CASE("bert int8 matmuls stay near the float64 reference under every mask", 
 TEST_CASE("bert bf16 matmuls load and run near the float64 reference", "[bert][int8]") {
   const std::string model = GENERATE(as<std::string>{}, "tiny-bert-uncased", "tiny-bert-chinese");
   if (!masque::test::cpu_has_bf16_matmuls()) {  // without AVX-512: a clear error instead
-    CHECK_THROWS_WITH(load_with(model, "bf16"), Catch::Contains("no BF16 matmul on this CPU"));
+    CHECK_THROWS_WITH(load_with(model, "bf16"), Catch::Contains("no bf16 matmul on this CPU"));
     return;
   }
   const auto bf16 = load_with(model, "bf16");
