@@ -714,7 +714,16 @@ void Linear::Impl::pack(const Tensor& w, WeightLayout layout, const dnnl::memory
     part.weights = numerics::layer_memory(part.weights_md, part.storage);
     if (compute != dt::s8 && w.dtype() != DType::f32) {
       const bool in_order = parts.size() == 1 && layout == WeightLayout::out_in;
-      pack_widened(w, layout, part, in_order ? release : SourceRelease());
+      try {
+        pack_widened(w, layout, part, in_order ? release : SourceRelease());
+        continue;
+      } catch (const dnnl::error&) {
+        // A packed layout whose slices oneDNN cannot address: the whole weight widened at once.
+      }
+      const Tensor w32 = w.to_f32();
+      src = source_weights(w32, layout, in, out, part.begin, part.depth, convolution);
+      dnnl::reorder(src, part.weights).execute(thread_stream(), src, part.weights);
+      thread_stream().wait();  // before w32 goes
       continue;
     }
     dnnl::reorder(src, part.weights).execute(thread_stream(), src, part.weights);
