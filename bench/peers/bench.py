@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 PYTHON = "/usr/bin/python3"  # Debian's python3 with python3-torch and python3-numpy
 NODE = shutil.which("node") or "node"
 
-PREFILL, NEW_TOKENS, LOGIT_POSITIONS = 512, 128, 8
+PREFILL, NEW_TOKENS, LOGIT_POSITIONS = 512, 128, 32
 # masque matmul_dtype -> the llama.cpp GGUF type of the same cell
 PAIRS = {"f32": "F32", "bf16": "BF16", "int8": "Q8_0", "int4": "Q4_0"}
 GGUF_BYTES_PER_WEIGHT = {"F32": 4, "BF16": 2, "Q8_0": 34 / 32, "Q4_0": 18 / 32}
@@ -507,6 +507,19 @@ def compare(x, ref):
     return float(rel.max()), same
 
 
+def kl_per_token(x, ref):
+    """Mean over positions of KL(softmax(ref) || softmax(x)) in nats: what quantization costs a
+    token's distribution against the float64 reference (llama.cpp's log-probabilities are
+    logits up to a constant per position, which softmax ignores)."""
+    import numpy as np
+
+    def log_softmax(v):
+        v = v - v.max(axis=1, keepdims=True)
+        return v - np.log(np.exp(v).sum(axis=1, keepdims=True))
+    lr, lx = log_softmax(ref), log_softmax(x)
+    return float((np.exp(lr) * (lr - lx)).sum(axis=1).mean())
+
+
 def bench_logits(a, m, results, skipped, factors):
     """The first LOGIT_POSITIONS positions' logits: masque's forward task, llama.cpp's
     log-probabilities, and a float64 torch reference (reference_torch.py) of the same weights."""
@@ -528,6 +541,7 @@ def bench_logits(a, m, results, skipped, factors):
                 mq = masque_logits(a, m, dtype, min(a.memory_limit * 1.1,
                                                     estimate * 1.5 + 2 * GIB))
                 row["masque_vs_reference"], row["masque_argmax_same"] = compare(mq, ref)
+                row["masque_kl"] = kl_per_token(mq, ref)
             except (Refused, Killed) as e:
                 row["masque_error"] = str(e)
         else:
@@ -549,6 +563,7 @@ def bench_logits(a, m, results, skipped, factors):
                 os.remove(out)
                 row[f"llama_{label}_vs_reference"], row[f"llama_{label}_argmax_same"] = \
                     compare(lp, ref)
+                row[f"llama_{label}_kl"] = kl_per_token(lp, ref)
                 if mq is not None:
                     row[f"masque_vs_llama_{label}"], _ = compare(mq, lp)
         else:
@@ -667,8 +682,9 @@ def table_logits(results, model):
     lines = [
         "| masque / llama.cpp | masque vs llama.cpp (f32 attention) | masque vs llama.cpp "
         "(defaults) | masque vs float64 | llama.cpp (f32 attention) vs float64 "
-        "| llama.cpp (defaults) vs float64 | argmax = float64's (masque, llama.cpp f32 att.) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+        "| llama.cpp (defaults) vs float64 | argmax = float64's (masque, llama.cpp f32 att.) "
+        "| KL to float64, nats/token: masque | llama.cpp (f32 att.) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
 
     def e(r, k):
         v = r.get(k)
@@ -680,10 +696,11 @@ def table_logits(results, model):
             f"{e(r, 'masque_vs_llama_default')} | {e(r, 'masque_vs_reference')} | "
             f"{e(r, 'llama_f32_vs_reference')} | {e(r, 'llama_default_vs_reference')} | "
             f"{r.get('masque_argmax_same', '–')}/{LOGIT_POSITIONS}, "
-            f"{r.get('llama_f32_argmax_same', '–')}/{LOGIT_POSITIONS} |")
+            f"{r.get('llama_f32_argmax_same', '–')}/{LOGIT_POSITIONS} | "
+            f"{e(r, 'masque_kl')} | {e(r, 'llama_f32_kl')} |")
         for k in ("masque_error", "llama_error", "llama_f32_error", "llama_default_error"):
             if k in r:
-                lines.append(f"|  | {k.replace('_', ' ')}: {r[k]} | | | | | |")
+                lines.append(f"|  | {k.replace('_', ' ')}: {r[k]} | | | | | | | |")
     return "\n".join(lines)
 
 
