@@ -286,7 +286,7 @@ std::string write_pipeline(const std::string& mask) {
 
 }  // namespace
 
-TEST_CASE("diffusion-generate: the same outputs for any batch size and thread count",
+TEST_CASE("diffusion-generate: the same outputs for any batching and thread count",
           "[diffusion][e2e]") {
   const std::string input = "北京欢迎你\n你好\n今天天气很好\n中\n我们一起学习吧\n";
   for (const std::string mask : {"bidirectional", "block-causal"}) {
