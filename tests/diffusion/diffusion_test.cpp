@@ -304,7 +304,9 @@ TEST_CASE("diffusion-generate: the same outputs for any batching and thread coun
           "task.remasking=" + std::string(sampling == "0" ? "confidence" : "random")};
       std::string first;
       // Static batches of 1, 8 and 2, continuous batching (2 and 3 rows at a time), and
-      // block-causal without the cache (its outputs equal to the digit).
+      // without the cache of finished blocks: byte for byte here, as this model's heads of 8
+      // take the kernel's per-query path either way (in general the log-probabilities agree
+      // within 1e-5, the test above).
       for (const auto& [threads, batch, batching] :
            std::vector<std::tuple<std::string, std::string, std::string>>{
                {"1", "1", "static"},

@@ -192,7 +192,8 @@ const TaskRegistration registration({
                              "(block-causal, seq2seq): keep the source and the finished blocks in "
                              "the KV cache and run each step on the current block alone; false: "
                              "a full forward of the source and the blocks so far at every step "
-                             "(the same outputs, slower; bidirectional always does this)"},
+                             "(the same tokens, log-probabilities within 1e-5; slower; always so "
+                             "under bidirectional)"},
                     mask_token_param()},
          .required_sections = {"model", "mask"},
          .optional_sections = {"tokenizer"},
