@@ -9,9 +9,11 @@
 // model takes several tokens per step (takes_several_tokens), the source is prefilled into the
 // model's KV cache, each denoising step runs the current block's tokens alone against the cache
 // (bidirectional within the block: they share a rank) and a finished block joins the cache in
-// one step of its own. Otherwise (bidirectional: every step sees every slot, so nothing stays
-// fixed to cache) every step is a full forward of the source and the blocks so far. Both give
-// the same tokens. The task `diffusion-generate` runs it over a corpus; tests drive it directly.
+// one step of its own (rows without a finished block get pad columns in that step: rows out of
+// step cost a little cache). Otherwise (bidirectional: every step sees every slot, so nothing
+// stays fixed to cache) every step is a full forward of the source and the blocks so far. Both
+// give the same tokens. The task `diffusion-generate` runs it over a corpus; tests drive it
+// directly.
 #pragma once
 
 #include <cstddef>
