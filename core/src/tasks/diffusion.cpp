@@ -116,12 +116,17 @@ struct BlockStep {
 
 class Denoiser {
  public:
+  // `cached`: every input's mask is cacheable() and the model takes several tokens a step.
   Denoiser(const Model& model, const MaskStrategy& mask, TokenId mask_token,
-           const DiffusionOptions& options, std::span<const DiffusionInput> inputs)
-      : model_(model), mask_(mask), mask_token_(mask_token), options_(options), inputs_(inputs) {
+           const DiffusionOptions& options, std::span<const DiffusionInput> inputs, bool cached)
+      : model_(model),
+        mask_(mask),
+        mask_token_(mask_token),
+        options_(options),
+        inputs_(inputs),
+        cached_(cached) {
     out_.resize(inputs.size());
     masks_.resize(inputs.size());
-    cached_ = !options.recompute && takes_several_tokens(model);
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const DiffusionInput& in = inputs[i];
       const auto n = static_cast<std::int32_t>(in.source.size());
@@ -132,7 +137,6 @@ class Denoiser {
       if (in.slots <= 0) continue;
       masks_[i] = slot_mask(mask, n, in.slots, in.record_id);
       o.blocks = blocks_of(masks_[i], n, in.slots);
-      cached_ = cached_ && cacheable(masks_[i], n, in.slots);
     }
   }
 
@@ -370,7 +374,7 @@ class Denoiser {
   std::span<const DiffusionInput> inputs_;
   std::vector<DiffusionOutput> out_;
   std::vector<SequenceMask> masks_;  // per input, until it joins
-  bool cached_ = false;
+  bool cached_;
   std::size_t next_ = 0;  // the next input to join
   std::vector<Row> rows_;
   std::unique_ptr<DecodeState> state_;  // the cached path: one row per rows_ entry
@@ -403,7 +407,27 @@ std::vector<DiffusionOutput> diffusion_decode(const Model& model, const MaskStra
                                               std::span<const DiffusionInput> inputs,
                                               const DiffusionOptions& options,
                                               const DiffusionBatching& batching) {
-  return Denoiser(model, mask, mask_token, options, inputs).run(batching);
+  // Records whose masks keep finished blocks cached decode apart from the others, so that each
+  // takes the same path (and gives the same bits) in any batch.
+  const bool several = !options.recompute && takes_several_tokens(model);
+  std::vector<DiffusionInput> parts[2];
+  std::vector<std::size_t> where[2];
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const DiffusionInput& in = inputs[i];
+    const auto n = static_cast<std::int32_t>(in.source.size());
+    const bool cached = several && in.slots > 0 &&
+                        cacheable(slot_mask(mask, n, in.slots, in.record_id), n, in.slots);
+    parts[cached].push_back(in);
+    where[cached].push_back(i);
+  }
+  std::vector<DiffusionOutput> out(inputs.size());
+  for (const bool cached : {false, true}) {
+    if (parts[cached].empty()) continue;
+    std::vector<DiffusionOutput> decoded =
+        Denoiser(model, mask, mask_token, options, parts[cached], cached).run(batching);
+    for (std::size_t k = 0; k < decoded.size(); ++k) out[where[cached][k]] = std::move(decoded[k]);
+  }
+  return out;
 }
 
 }  // namespace masque
