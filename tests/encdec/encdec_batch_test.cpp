@@ -195,6 +195,41 @@ TEST_CASE("explicit step positions and query steps follow the StepInput contract
   CHECK(worst <= kTol);
 }
 
+TEST_CASE("a step of several target tokens with rising ranks equals one token a step", "[encdec]") {
+  const LoadedModel model = load_model();
+  const Singles singles = decode_alone(*model, 4);
+  auto state = model->start(source_batch(singles.sources), nullptr);
+  const std::vector<TokenId> start(4, kStart);
+  Tensor logits;
+  model->step(*state, step_input(start), logits);
+  // Steps 1..3 of every row at once: each token sees the earlier ones and the source memory.
+  constexpr std::int32_t kWidth = 3;
+  std::vector<TokenId> tokens;
+  std::vector<std::int32_t> ranks;
+  for (std::size_t r = 0; r < 4; ++r)
+    for (std::int32_t t = 0; t < kWidth; ++t) {
+      tokens.push_back(singles.input(r, 1 + static_cast<std::size_t>(t)));
+      ranks.push_back(1 + t);
+    }
+  StepInput input = step_input(tokens);
+  input.length = kWidth;
+  input.ranks = ranks;
+  model->step(*state, input, logits);
+  REQUIRE(logits.dim(0) == 4 * kWidth);
+  double worst = 0.0;
+  std::size_t compared = 0;
+  for (std::size_t r = 0; r < 4; ++r)
+    for (std::int32_t t = 0; t < kWidth; ++t) {
+      const std::size_t step = 1 + static_cast<std::size_t>(t);
+      if (!singles.alive(r, step)) continue;
+      worst = std::max(worst, max_diff(logits.f32() + (r * kWidth + t) * logits.dim(1),
+                                       singles.runs[r].logits[step]));
+      ++compared;
+    }
+  CHECK(compared > 4);
+  CHECK(worst <= kTol);
+}
+
 TEST_CASE("beam-style selects keep each row's memory and history together", "[encdec]") {
   // Two records replicated into beams that diverge, then reordered within a record (the KV
   // cache leaves the cross memory in place) and across records (it moves it).

@@ -290,3 +290,98 @@ TEST_CASE("bert permutation generation: query steps equal the query stream", "[b
   std::printf("permutation query steps (prefix %d) vs query stream: max |error| %.2e\n", prefix,
               worst);
 }
+
+namespace {
+
+// A step of `width` tokens per row (StepInput::length); the spans must outlive the call.
+masque::StepInput block_input(std::span<const masque::TokenId> tokens, std::int32_t width,
+                              std::span<const std::int32_t> types, bool append) {
+  masque::StepInput in = step_input(tokens, {}, types, append);
+  in.length = width;
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("bert block-causal: block steps over the KV cache equal the full forward",
+          "[bert][decode]") {
+  auto model = load_model(model_dir("tiny-bert-uncased"));
+  auto blocks = load_mask("block-causal", {{"block_size", std::int64_t{3}}});
+  // Sources of 4 and 3 tokens (segment 0), targets of 6 and 5 (segment 1, token type 1): blocks
+  // a[4..6] a[7..9] and b[3..5] b[6..7].
+  const Sequence a{reference_sequence("tiny-bert-uncased").ids, {0, 0, 0, 0, 1, 1, 1, 1, 1, 1}};
+  const Sequence b{{101, 7592, 2088, 2003, 1037, 3231, 102, 2009}, {0, 0, 0, 1, 1, 1, 1, 1}};
+  auto full = [&](const Sequence& s) {
+    return full_logits(*model, {s.ids, {}, s.types, build_mask(*blocks, s.ids.size(), s.types)});
+  };
+  const auto full_a = full(a), full_b = full(b);
+
+  Row sa = slice(a, 0, 4), sb = slice(b, 0, 3);
+  sa.mask = build_mask(*blocks, 4, sa.types);
+  sb.mask = build_mask(*blocks, 3, sb.types);
+  auto state = model->start(make_batch({sa, sb}), nullptr);
+
+  // The first blocks, not kept: each row's next rank, so the three tokens see each other; only
+  // the logits asked for, in their order.
+  const Ids first{a.ids[4], a.ids[5], a.ids[6], b.ids[3], b.ids[4], b.ids[5]};
+  const Ids types(6, 1);
+  masque::StepInput in = block_input(first, 3, types, false);
+  const std::vector<std::int32_t> asked{0, 2, 4};
+  in.output_rows = asked;
+  Tensor logits;
+  model->step(*state, in, logits);
+  REQUIRE(logits.dim(0) == 3);
+  CHECK(row_diff(logits, 0, full_a[4]) <= kTolerance);
+  CHECK(row_diff(logits, 1, full_a[6]) <= kTolerance);
+  CHECK(row_diff(logits, 2, full_b[4]) <= kTolerance);
+
+  // The same blocks join the cache, without logits: the tensor is left alone.
+  in = block_input(first, 3, types, true);
+  in.want_logits = false;
+  model->step(*state, in, logits);
+  CHECK(logits.dim(0) == 3);
+
+  // The second blocks: row b has two tokens and a pad; ranks and positions from the mask.
+  const Ids second{a.ids[7], a.ids[8], a.ids[9], b.ids[6], b.ids[7], 0};
+  const masque::SequenceMask ma = build_mask(*blocks, 10, a.types);
+  const masque::SequenceMask mb = build_mask(*blocks, 8, b.types);
+  const std::vector<std::int32_t> ranks{ma.rank[7], ma.rank[8], ma.rank[9],
+                                        mb.rank[6], mb.rank[7], 0};
+  const std::vector<std::int32_t> positions{7, 8, 9, 6, 7, 0};
+  const std::vector<masque::TokenRole> roles(5, masque::TokenRole::content);
+  std::vector<masque::TokenRole> padded = roles;
+  padded.push_back(masque::TokenRole::pad);
+  in = block_input(second, 3, types, true);
+  in.ranks = ranks;
+  in.positions = positions;
+  in.roles = padded;
+  model->step(*state, in, logits);
+  REQUIRE(logits.dim(0) == 6);
+  for (std::int32_t t = 0; t < 3; ++t) CHECK(row_diff(logits, t, full_a[7 + t]) <= kTolerance);
+  for (std::int32_t t = 0; t < 2; ++t) CHECK(row_diff(logits, 3 + t, full_b[6 + t]) <= kTolerance);
+}
+
+TEST_CASE("bert causal: a step of several tokens with rising ranks equals one token a step",
+          "[bert][decode]") {
+  auto model = load_model(model_dir("tiny-bert-uncased"));
+  auto causal = load_mask("causal");
+  const Sequence a = reference_sequence("tiny-bert-uncased");
+  const auto full_a = full_logits(*model, {a.ids, {}, a.types, build_mask(*causal, 10)});
+  Row pa = slice(a, 0, 4);
+  pa.mask = build_mask(*causal, 4);
+  auto state = model->start(make_batch({pa}), nullptr);
+  // Tokens 4..6 at once, each ranked above the one before: each sees the earlier ones only.
+  const Ids tokens(a.ids.begin() + 4, a.ids.begin() + 7),
+      types(a.types.begin() + 4, a.types.begin() + 7);
+  const std::vector<std::int32_t> ranks{4, 5, 6};
+  masque::StepInput in = block_input(tokens, 3, types, true);
+  in.ranks = ranks;
+  Tensor logits;
+  model->step(*state, in, logits);
+  REQUIRE(logits.dim(0) == 3);
+  for (std::int32_t t = 0; t < 3; ++t) CHECK(row_diff(logits, t, full_a[4 + t]) <= kTolerance);
+  // The cache holds them: the next one-token step continues at position 7, rank 7.
+  const Ids next{a.ids[7]}, next_type{a.types[7]};
+  model->step(*state, step_input(next, {}, next_type), logits);
+  CHECK(row_diff(logits, 0, full_a[7]) <= kTolerance);
+}

@@ -260,24 +260,22 @@ pid_t find_rank(int rank, const std::string& marker) {
   return 0;
 }
 
-}  // namespace
-
-TEST_CASE("mpi: a rank killed with SIGKILL fails the run, and --resume finishes it", "[mpi]") {
-  const fs::path dir = scratch_dir("mpi_kill");
-  const std::string pipeline = (source_dir() / "pipelines/lm-score.yaml").string();
-  // Enough records that rank 1 is still at work when it is killed.
-  write_file(dir / "in.txt", corpus(kStoryWords, 3000, 40, 17, false));
+// Runs `args` (a run's arguments without -i and -o) over `input` under mpirun -n 2, kills rank
+// 1 in its shard and checks that the run fails without an output, then that --resume finishes it
+// equal to one plain process.
+void check_killed_and_resumed(const std::string& name, const std::vector<std::string>& args,
+                              const std::string& input) {
+  const fs::path dir = scratch_dir("mpi_kill_" + name);
+  write_file(dir / "in.txt", input);
   const fs::path out = dir / "out.jsonl";
-  const std::vector<std::string> args = {
-      "run",        pipeline,  "-i",        (dir / "in.txt").string(),      "-o",
-      out.string(), "--quiet", "--summary", (dir / "summary.json").string()};
+  const auto io = [&](const fs::path& to) {
+    return concat(args, {"-i", (dir / "in.txt").string(), "-o", to.string(), "--quiet"});
+  };
   const fs::path reference = dir / "reference.jsonl";
-  REQUIRE(run(concat({binary().string()}, {"run", pipeline, "-i", (dir / "in.txt").string(), "-o",
-                                           reference.string(), "--quiet"}),
-              dir)
-              .exit_code == 0);
+  REQUIRE(run(concat({binary().string()}, io(reference)), dir).exit_code == 0);
 
-  const pid_t job = spawn(concat(mpirun(2), args), dir);
+  const auto job_args = concat(io(out), {"--summary", (dir / "summary.json").string()});
+  const pid_t job = spawn(concat(mpirun(2), job_args), dir);
   pid_t victim = 0;
   for (int i = 0; i < 600 && !victim; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -293,11 +291,70 @@ TEST_CASE("mpi: a rank killed with SIGKILL fails the run, and --resume finishes 
   CHECK(!fs::exists(out));
 
   // Resuming (here with two ranks again) redoes only what did not finish.
-  const Outcome resumed = run(concat(mpirun(2), concat(args, {"--resume"})), dir);
+  const Outcome resumed = run(concat(mpirun(2), concat(job_args, {"--resume"})), dir);
   INFO(resumed.err);
   CHECK(resumed.exit_code == 0);
   CHECK(read_file(out) == read_file(reference));
   CHECK(!fs::exists(dir / "out.jsonl.parts"));
+}
+
+}  // namespace
+
+TEST_CASE("mpi: a rank killed with SIGKILL fails the run, and --resume finishes it", "[mpi]") {
+  const std::string pipeline = (source_dir() / "pipelines/lm-score.yaml").string();
+  // Enough records that rank 1 is still at work when it is killed.
+  check_killed_and_resumed("lm_score", {"run", pipeline}, corpus(kStoryWords, 3000, 40, 17, false));
+}
+
+namespace {
+
+// diffusion-generate on tiny-bert-chinese (random weights) under block-causal: 6 slots per
+// record in blocks of 2, each block decoded over the KV cache of the finished ones.
+std::string diffusion_pipeline() {
+  const fs::path dir = scratch_dir("mpi_diffusion_pipeline");
+  write_file(dir / "pipeline.yaml",
+             "task:\n  name: diffusion-generate\n  length: 6\n  steps: 3\nmodel:\n  plugin: bert\n"
+             "  path: " +
+                 (shared_dir() / "models/tiny-bert-chinese").string() +
+                 "\ntokenizer:\n  plugin: wordpiece\n  vocab: " +
+                 (shared_dir() / "tokenizers/bert-base-chinese/vocab.txt").string() +
+                 "\n  lowercase: \"false\"\nmask:\n  plugin: block-causal\n  block_size: 2\n");
+  return (dir / "pipeline.yaml").string();
+}
+
+// `n` lines of 1 to 8 Chinese characters.
+std::string chinese_corpus(int n, unsigned seed) {
+  const std::vector<std::string> chars = {"北", "京", "欢", "迎", "你", "好", "今", "天",
+                                          "气", "很", "我", "们", "一", "起", "学", "习"};
+  std::mt19937 rng(seed);
+  std::string text;
+  for (int i = 0; i < n; ++i) {
+    const int len = 1 + static_cast<int>(rng() % 8);
+    for (int c = 0; c < len; ++c) text += chars[rng() % chars.size()];
+    text += "\n";
+  }
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("mpi: diffusion-generate under mpirun -n 1/2/3 and --shard equals one process",
+          "[mpi][diffusion]") {
+  const std::string pipeline = diffusion_pipeline();
+  for (const std::string batching : {"static", "continuous"}) {
+    INFO(batching << " batching");
+    check_equal_everywhere(
+        "diffusion_" + batching,
+        {"run", pipeline, "--set", "run.max_batch_size=8", "--set", "run.batching=" + batching},
+        chinese_corpus(200, 19), 0);
+  }
+}
+
+TEST_CASE("mpi: diffusion-generate with a rank killed and then resumed equals one process",
+          "[mpi][diffusion]") {
+  check_killed_and_resumed("diffusion",
+                           {"run", diffusion_pipeline(), "--set", "run.batching=continuous"},
+                           chinese_corpus(3000, 29));
 }
 
 // What zstd(1) or gzip(1) decompresses `file` to.

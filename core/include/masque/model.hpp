@@ -58,9 +58,9 @@ struct ModelInfo {
 // the decoder stack (the only stack of decoder-only and encoder-only models), self-attention or
 // cross-attention to the encoder memory, for query heads [first_head, first_head + heads).
 // `probs` receives [heads, rows, queries, keys]: forward(): rows = batch, queries = keys = the
-// batch length; step(): one query per row, keys = the cache's columns (the kept ones, then the
-// new token) or, for cross-attention, the padded source length. Disallowed keys get 0. A model
-// whose info().records_attention is false throws ConfigError.
+// batch length; step(): one query per row (StepInput::length), keys = the cache's columns (the kept
+// ones, then the new token) or, for cross-attention, the padded source length. Disallowed keys get
+// 0. A model whose info().records_attention is false throws ConfigError.
 struct AttentionRecording {
   std::int32_t layer = -1;  // -1: the last layer
   bool cross = false;
@@ -116,13 +116,26 @@ struct StepInput {
   // chosen position in a permutation order).
   bool append = true;
   const AttentionRecording* record_attention = nullptr;  // null: none (no cost)
+  // Several tokens per row (ABI 8.1; only for a model that takes_several_tokens()): `length`
+  // tokens per row, row-major in `tokens` (and in positions, token_types, ranks and roles when
+  // given). Each attends to its row's cache and to the row's other step tokens by the rank rule,
+  // so tokens of one rank see each other: a block of block diffusion. With append false they
+  // are content tokens that are not kept; empty positions: the row's next positions in order.
+  std::int32_t length = 1;
+  std::span<const std::int32_t> ranks{};  // per token; empty: each row's next rank, for all
+  // Per token, content or pad (a shorter row's padding: seen by no token); empty: content.
+  std::span<const TokenRole> roles{};
+  // The step tokens (row * length + t) whose logits to write, in this order; empty: all.
+  std::span<const std::int32_t> output_rows{};
+  bool want_logits = true;  // false: no logits (a block only joins the cache); logits untouched
 };
 
 // Contract:
 // - forward(), start() and step() are const and may run concurrently on different batches and
 //   states from several threads. A DecodeState is used by one thread at a time.
 // - A new step token ranks above everything in its row's cache (so any rank-based strategy
-//   stays valid) and is content, or a query when append is false.
+//   stays valid) and is content, or a query when it is a row's only one and append is false;
+//   a row's several step tokens may share a rank (and see each other).
 // - Errors: RecordError for inputs the model cannot take (ids out of range, too long).
 class BOOST_SYMBOL_VISIBLE Model : public Plugin {
  public:
@@ -139,8 +152,14 @@ class BOOST_SYMBOL_VISIBLE Model : public Plugin {
   // - encoder-decoder: encodes `batch` as the source; the decoder starts empty and `logits` is
   //   left untouched (feed the decoder start token with step()).
   virtual std::unique_ptr<DecodeState> start(const Batch& batch, Tensor* logits) const = 0;
-  // Appends one token per row and writes logits [rows, vocab_size].
+  // Appends one token per row (or StepInput::length) and writes logits [rows, vocab_size] (or
+  // [output rows, vocab_size]).
   virtual void step(DecodeState& state, const StepInput& input, Tensor& logits) const = 0;
 };
+
+// Whether step() of `model` takes several tokens per row (StepInput::length, ranks, roles,
+// output_rows, want_logits): the Transformer tier's models do. Until a major version puts it
+// into ModelInfo, a model plugin of its own (rnn-seq2seq) steps one token per row.
+BOOST_SYMBOL_VISIBLE bool takes_several_tokens(const Model& model);
 
 }  // namespace masque

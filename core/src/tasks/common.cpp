@@ -404,12 +404,18 @@ std::vector<DecodeResult> decode_continuously(const Decoder& decoder, ModelStepp
   return decoded;
 }
 
-ContinuousLimits continuous_limits(const Params& run, const Decoder& decoder) {
+ContinuousLimits continuous_limits(const Params& run) {
   ContinuousLimits limits;
   if (!run.has("batching") || !run.has("max_batch_size")) return limits;  // no run section
-  limits.enabled = run.get_string("batching") == "continuous" && decoder.admits_records();
+  limits.enabled = run.get_string("batching") == "continuous";
   limits.max_rows = static_cast<std::int32_t>(run.get_int("max_batch_size"));
   limits.max_tokens = static_cast<std::size_t>(run.get_int("max_batch_tokens"));
+  return limits;
+}
+
+ContinuousLimits continuous_limits(const Params& run, const Decoder& decoder) {
+  ContinuousLimits limits = continuous_limits(run);
+  limits.enabled = limits.enabled && decoder.admits_records();
   return limits;
 }
 

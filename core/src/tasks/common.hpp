@@ -121,6 +121,8 @@ struct ContinuousLimits {
   std::size_t admissible(std::span<Item* const> items, std::int32_t room) const;
 };
 ContinuousLimits continuous_limits(const Params& run_params, const Decoder& decoder);
+// The same for a task that decodes without a decoder plugin (diffusion-generate).
+ContinuousLimits continuous_limits(const Params& run_params);
 
 // Continuous batching's source of records: it starts them a static batch at a time (the
 // encoder and the prompts' prefill run at full width: up to max_batch_size records within

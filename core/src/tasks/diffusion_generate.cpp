@@ -3,6 +3,8 @@
 // `diffusion` training objective lays it out), followed by L [MASK] slots: L = the source's
 // tokens + `slack` (the objective's plm_target_slack: the answer then ends at its first [SEP]
 // filler), a fixed `length`, or the record's own [MASK]s (a template `source [SEP] [MASK] ...`).
+// Batches continuously with run.batching: continuous (diffusion_decode admits records as rows
+// finish).
 #include <algorithm>
 
 #include "masque/error.hpp"
@@ -25,12 +27,14 @@ class DiffusionGenerateTask final : public Task {
         tokenizer_(plugins.tokenizer.get()),
         mask_(*plugins.mask),
         slack_(static_cast<std::int32_t>(params_.get_int("slack"))),
-        length_(static_cast<std::int32_t>(params_.get_int("length"))) {
+        length_(static_cast<std::int32_t>(params_.get_int("length"))),
+        limits_(continuous_limits(pipeline.run_params)) {
     mask_token_ = require_mask_token(params_, tokenizer_, "diffusion-generate");
     options_.steps = static_cast<std::int32_t>(params_.get_int("steps"));
     options_.random_remasking = params_.get_string("remasking") == "random";
     options_.temperature = params_.get_number("temperature");
     options_.seed = static_cast<std::uint64_t>(params_.get_int("seed"));
+    options_.recompute = !params_.get_bool("cache_blocks");
     end_token_ = tokenizer_ ? tokenizer_->special_tokens().sep : -1;
     // The mask must lay out a source and its slots (segments) with ranks.
     (void)diffusion_blocks(mask_, 2, 2);
@@ -74,12 +78,19 @@ class DiffusionGenerateTask final : public Task {
     item.data = p;
   }
 
+  bool batches_continuously() const override { return limits_.enabled; }
+
   std::vector<Result> process(std::span<Item* const> items) const override {
     std::vector<DiffusionInput> inputs;
     for (Item* item : items)
       inputs.push_back(static_cast<const Prepared*>(item->data.get())->input);
+    // Continuous batching: the group decodes max_batch_size records at a time, the next
+    // joining as others finish; a static batch decodes at once.
+    DiffusionBatching batching;
+    if (limits_.enabled)
+      batching = {.max_rows = limits_.max_rows, .max_tokens = limits_.max_tokens};
     const std::vector<DiffusionOutput> decoded =
-        diffusion_decode(model_, mask_, mask_token_, inputs, options_);
+        diffusion_decode(model_, mask_, mask_token_, inputs, options_, batching);
     std::vector<Result> results;
     for (std::size_t i = 0; i < items.size(); ++i) {
       const DiffusionOutput& o = decoded[i];
@@ -114,6 +125,7 @@ class DiffusionGenerateTask final : public Task {
   const Tokenizer* tokenizer_;
   const MaskStrategy& mask_;
   std::int32_t slack_, length_;
+  ContinuousLimits limits_;
   DiffusionOptions options_;
   TokenId mask_token_ = -1, end_token_ = -1;
 };
@@ -128,8 +140,9 @@ const TaskRegistration registration({
          .description =
              "diffusion LM generation (objective diffusion): L [MASK] slots after each record's "
              "source, unmasked over T steps (most confident or seeded random slots first), block "
-             "by block under block-causal: {id, text (the slots up to the first [SEP]), tokens, "
-             "slots, unmasked_at (each slot's step), steps, blocks, score}",
+             "by block under block-causal (the finished blocks in the KV cache): {id, text (the "
+             "slots up to the first [SEP]), tokens, slots, unmasked_at (each slot's step), steps, "
+             "blocks, score}",
          .params = {{.name = "steps",
                      .type = ParamType::integer,
                      .default_value = "0",
@@ -172,6 +185,15 @@ const TaskRegistration registration({
                              "template",
                      .min = 0,
                      .max = 100000},
+                    {.name = "cache_blocks",
+                     .type = ParamType::boolean,
+                     .default_value = "true",
+                     .help = "where the mask ranks every block above everything before it "
+                             "(block-causal, seq2seq): keep the source and the finished blocks in "
+                             "the KV cache and run each step on the current block alone; false: "
+                             "a full forward of the source and the blocks so far at every step "
+                             "(the same tokens, log-probabilities within 1e-5; slower; always so "
+                             "under bidirectional)"},
                     mask_token_param()},
          .required_sections = {"model", "mask"},
          .optional_sections = {"tokenizer"},

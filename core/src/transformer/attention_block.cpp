@@ -118,14 +118,16 @@ void Attention::attend_memory(const Tensor& h, Workspace& ws, const KvCache& cac
                               Tensor& y) const {
   qkv_.forward(h, ws.qkv);
   ws.context.resize({h.dim(0), dims_.heads * std::int64_t{dims_.head_dim}});
-  const MaskView mask = cache.cross_mask(1);
+  // A step's tokens per row (StepInput::length): h holds rows x that many.
+  const auto queries = static_cast<std::int32_t>(h.dim(0) / std::max(cache.rows(), 1));
+  const MaskView mask = cache.cross_mask(queries);
   AttentionProbs probs;
   const AttentionProbs* kept = capture(record, true, layer, mask, probs);
   if (cache.source_length() == 0) {  // every source is empty: nothing to attend to
     std::fill(ws.context.f32(), ws.context.f32() + ws.context.numel(), 0.0f);
   } else {
-    attention(dims_, mask, seq_view(ws.qkv, 1), cache.cross_keys(layer), cache.cross_values(layer),
-              mutable_seq_view(ws.context, 1), kept);
+    attention(dims_, mask, seq_view(ws.qkv, queries), cache.cross_keys(layer),
+              cache.cross_values(layer), mutable_seq_view(ws.context, queries), kept);
   }
   out_.forward(ws.context, y);
 }

@@ -37,6 +37,7 @@ class State final : public DecodeState {
 
   KvCache cache;
   Workspace workspace;
+  AttentionLayout layout;  // a step of several tokens per row: their ranks and roles
 };
 
 // forward() and encoding reuse one workspace per thread.
@@ -239,24 +240,53 @@ void TransformerModel::prepare(const Batch& batch, const Stack& stack, std::int3
 void TransformerModel::prepare_step(const StepInput& input, const KvCache& cache,
                                     Workspace& ws) const {
   const auto rows = static_cast<std::size_t>(cache.rows());
-  if (input.tokens.size() != rows || (!input.positions.empty() && input.positions.size() != rows) ||
-      (!input.token_types.empty() && input.token_types.size() != rows))
-    throw RuntimeError(
-        spec_.architecture + ": a step takes one token (and position, token type) per row: " +
-        std::to_string(input.tokens.size()) + " tokens, " + std::to_string(input.positions.size()) +
-        " positions for " + std::to_string(rows) + " rows");
+  const auto n = static_cast<std::size_t>(std::max(input.length, 0));
+  const std::size_t tokens = rows * n;
+  if (input.length < 1 || input.tokens.size() != tokens ||
+      (!input.positions.empty() && input.positions.size() != tokens) ||
+      (!input.token_types.empty() && input.token_types.size() != tokens) ||
+      (!input.ranks.empty() && input.ranks.size() != tokens) ||
+      (!input.roles.empty() && input.roles.size() != tokens))
+    throw RuntimeError(spec_.architecture + ": a step takes " + std::to_string(input.length) +
+                       " token(s) (and positions, token types, ranks, roles) per row: " +
+                       std::to_string(input.tokens.size()) + " tokens, " +
+                       std::to_string(input.positions.size()) + " positions for " +
+                       std::to_string(rows) + " rows");
   const std::int32_t types = decoder_.embeddings().types();
   const Limits limits{spec_.architecture, spec_.positions_key, spec_.vocab_size,
                       decoder_.max_positions(), types};
   ws.ids.assign(input.tokens.begin(), input.tokens.end());
-  ws.positions.resize(rows);
-  ws.token_types.resize(types > 0 ? rows : 0);
-  for (std::size_t r = 0; r < rows; ++r) {
-    const auto row = static_cast<std::int32_t>(r);
-    ws.positions[r] = input.positions.empty() ? cache.next_position(row) : input.positions[r];
-    const std::int32_t type = input.token_types.empty() || types == 0 ? 0 : input.token_types[r];
-    if (types > 0) ws.token_types[r] = type;
-    check_token(limits, ws.ids[r], ws.positions[r], type, row, -1);
+  ws.positions.resize(tokens);
+  ws.token_types.resize(types > 0 ? tokens : 0);
+  for (std::size_t i = 0; i < tokens; ++i) {
+    const auto row = static_cast<std::int32_t>(i / n);
+    const bool pad = !input.roles.empty() && input.roles[i] == TokenRole::pad;
+    const std::int32_t type =
+        input.token_types.empty() || types == 0 || pad ? 0 : input.token_types[i];
+    if (types > 0) ws.token_types[i] = type;
+    if (pad) {  // its value is arbitrary: nothing sees it
+      ws.ids[i] = 0;
+      ws.positions[i] = 0;
+      continue;
+    }
+    ws.positions[i] = input.positions.empty()
+                          ? cache.next_position(row) + static_cast<std::int32_t>(i % n)
+                          : input.positions[i];
+    check_token(limits, ws.ids[i], ws.positions[i], type, row, -1);
+  }
+}
+
+void TransformerModel::step_layout(const StepInput& input, const KvCache& cache,
+                                   AttentionLayout& layout) const {
+  const std::int32_t n = input.length;
+  layout.reset(cache.rows(), n);
+  for (std::size_t i = 0; i < layout.role.size(); ++i) {
+    const auto row = static_cast<std::int32_t>(i / static_cast<std::size_t>(n));
+    const TokenRole role = input.roles.empty() ? TokenRole::content : input.roles[i];
+    if (role != TokenRole::content && role != TokenRole::pad)
+      throw RuntimeError(spec_.architecture + ": a step token is content or pad");
+    layout.role[i] = role;
+    layout.rank[i] = input.ranks.empty() ? cache.next_rank(row) : input.ranks[i];
   }
 }
 
@@ -350,14 +380,21 @@ void TransformerModel::step(DecodeState& s, const StepInput& input, Tensor& logi
     throw RuntimeError(spec_.architecture + ": step() with a state that this model did not start");
   Workspace& ws = state->workspace;
   prepare_step(input, state->cache, ws);
-  state->cache.begin_step(input.append ? TokenRole::content : TokenRole::query, ws.positions);
+  // One token per row without ranks or roles: the decoding step (a query when not kept).
+  if (input.length == 1 && input.ranks.empty() && input.roles.empty()) {
+    state->cache.begin_step(input.append ? TokenRole::content : TokenRole::query, ws.positions);
+  } else {
+    step_layout(input, state->cache, state->layout);
+    state->cache.begin(state->layout, ws.positions);
+  }
   AppendGuard append(state->cache);
   AttentionRecording record;
   decoder_.run(ws, {.cache = &state->cache,
-                    .length = 1,
+                    .length = input.length,
                     .positions = ws.positions,
                     .record = resolve(input.record_attention, record)});
-  outputs(ws, {}, &logits, nullptr, false);  // before the end: a failure keeps the cache as it was
+  // Before the end: a failure keeps the cache as it was.
+  if (input.want_logits) outputs(ws, input.output_rows, &logits, nullptr, false);
   append.end(input.append);
 }
 
@@ -405,3 +442,11 @@ SafeTensors open_checkpoint(const std::filesystem::path& folder) {
 }
 
 }  // namespace masque::transformer
+
+namespace masque {
+
+bool takes_several_tokens(const Model& model) {
+  return dynamic_cast<const transformer::TransformerModel*>(&model) != nullptr;
+}
+
+}  // namespace masque

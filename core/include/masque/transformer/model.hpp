@@ -49,7 +49,10 @@ class BOOST_SYMBOL_VISIBLE TransformerModel final : public Model {
  private:
   // Checks and copies a batch's ids, positions and token types for `stack` (pads become 0).
   void prepare(const Batch& batch, const Stack& stack, std::int32_t vocab, Workspace& ws) const;
+  // The same for a step's tokens (StepInput::length per row; pads become 0).
   void prepare_step(const StepInput& input, const KvCache& cache, Workspace& ws) const;
+  // The ranks and roles of a step of several tokens per row (or given ranks or roles).
+  void step_layout(const StepInput& input, const KvCache& cache, AttentionLayout& layout) const;
   // Final norm and head on `rows` of ws.hidden (all when empty). reuse: logits into this
   // thread's reusable buffer (forward) rather than into *logits' own.
   void outputs(Workspace& ws, std::span<const std::int32_t> rows, Tensor* logits, Tensor* hidden,

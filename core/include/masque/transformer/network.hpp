@@ -109,7 +109,7 @@ class Attention {
   // Cross-attention: projects the memory once into the cache (after cache.set_source) ...
   void remember(const Tensor& memory, std::int32_t length, KvCache& cache, std::int32_t layer,
                 Tensor& scratch) const;
-  // ... and attends one query per row of the cache to it.
+  // ... and attends h's queries (the rows of the cache, one or a step's several each) to it.
   void attend_memory(const Tensor& h, Workspace& ws, const KvCache& cache, std::int32_t layer,
                      const AttentionRecording* record, Tensor& y) const;
   std::int32_t heads() const { return dims_.heads; }
