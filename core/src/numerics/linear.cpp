@@ -737,7 +737,8 @@ void Linear::Impl::pack(const Tensor& w, WeightLayout layout, const dnnl::memory
 // widened at once, adds little to the memory the packed copy takes.
 void Linear::Impl::pack_widened(const Tensor& w, WeightLayout layout, const Part& part,
                                 const SourceRelease& release) const {
-  constexpr std::int64_t kSliceBytes = std::int64_t{16} << 20, kAlign = 64;
+  // Slices start at multiples of every block oneDNN 2.6 packs features in (16, 32, 48, 64).
+  constexpr std::int64_t kSliceBytes = std::int64_t{16} << 20, kAlign = 192;
   const bool out_in = layout == WeightLayout::out_in;
   const std::int64_t depth = part.depth;
   const std::int64_t slice =
