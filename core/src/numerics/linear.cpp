@@ -336,24 +336,18 @@ dt compute_type(DType compute) {
                      to_string(compute));
 }
 
-// The oneDNN type of a stored weight (F32, BF16 or F16).
-dt stored_type(DType t) {
-  return t == DType::f32 ? dt::f32 : t == DType::bf16 ? dt::bf16 : dt::f16;
-}
-
-// Rows [begin, begin + depth) of the weight as a [K, N] memory of its stored type and layout (a
-// view of the tensor's data, whose full shape is in x out in `layout`; the reorder that packs it
-// converts the type, so no f32 copy is made); for a convolution, the whole weight as [N, K, 1, 1].
-dnnl::memory source_weights(const Tensor& w, WeightLayout layout, std::int64_t in, std::int64_t out,
-                            std::int64_t begin, std::int64_t depth, bool convolution) {
+// Rows [begin, begin + depth) of an F32 weight as a [K, N] f32 memory in its stored layout (a
+// view of the tensor's data, whose full shape is in x out in `layout`); for a convolution, the
+// whole weight as [N, K, 1, 1].
+dnnl::memory source_weights(const Tensor& w32, WeightLayout layout, std::int64_t in,
+                            std::int64_t out, std::int64_t begin, std::int64_t depth,
+                            bool convolution) {
   const bool out_in = layout == WeightLayout::out_in;  // element (k, n) at n * in + k
   const std::int64_t k_stride = out_in ? 1 : out, n_stride = out_in ? in : 1;
-  auto* data = static_cast<std::uint8_t*>(const_cast<void*>(w.raw())) +
-               begin * k_stride * static_cast<std::int64_t>(dtype_size(w.dtype()));
-  const dt type = stored_type(w.dtype());
+  float* data = const_cast<float*>(w32.f32()) + begin * k_stride;
   if (convolution)
-    return dnnl::memory({{out, in, 1, 1}, type, {n_stride, k_stride, 1, 1}}, cpu_engine(), data);
-  return dnnl::memory({{depth, out}, type, {k_stride, n_stride}}, cpu_engine(), data);
+    return dnnl::memory({{out, in, 1, 1}, dt::f32, {n_stride, k_stride, 1, 1}}, cpu_engine(), data);
+  return dnnl::memory({{depth, out}, dt::f32, {k_stride, n_stride}}, cpu_engine(), data);
 }
 
 // Whether oneDNN runs an f32 matmul of this shape on its gemm driver (no AVX-512), whose
@@ -424,16 +418,26 @@ MASQUE_VECTORIZE void column_abs_max(const float* __restrict w, std::int64_t row
     for (std::int64_t n = 0; n < cols; ++n) amax[n] = std::max(amax[n], std::fabs(w[k * cols + n]));
 }
 
-// Row r of a row-major matrix of `cols` values in its stored type, as f32 (a view for F32).
+// Elements [first, first + n) of a weight in its stored type (F32, BF16, F16) as f32 into `out`.
+void widen_span(const Tensor& w, std::int64_t first, std::int64_t n, float* out) {
+  if (w.dtype() == DType::f32) {
+    std::memcpy(out, w.f32() + first, static_cast<std::size_t>(n) * sizeof(float));
+    return;
+  }
+  const auto* bits = static_cast<const std::uint16_t*>(w.raw()) + first;
+  if (w.dtype() == DType::bf16)
+    widen_bf16(bits, n, out);
+  else
+    widen_f16(bits, n, out);
+}
+
+// Row r of a row-major matrix of `cols` values as f32: a view for F32, else widened into
+// `buffer`.
 const float* widened_row(const Tensor& w, std::int64_t r, std::int64_t cols,
                          std::vector<float>& buffer) {
   if (w.dtype() == DType::f32) return w.f32() + r * cols;
   buffer.resize(static_cast<std::size_t>(cols));
-  const auto* bits = static_cast<const std::uint16_t*>(w.raw()) + r * cols;
-  if (w.dtype() == DType::bf16)
-    widen_bf16(bits, cols, buffer.data());
-  else
-    widen_f16(bits, cols, buffer.data());
+  widen_span(w, r * cols, cols, buffer.data());
   return buffer.data();
 }
 
@@ -702,12 +706,9 @@ void Linear::Impl::pack(const Tensor& w, WeightLayout layout, const dnnl::memory
     if (compute == dt::s8 && parts.size() == 1 &&
         std::string(pd.impl_info_str()).rfind("gemm", 0) == 0)
       pd = describe(kPackRows, i, dnnl::memory::desc({in, out}, dt::s8, tag::ba));
-    dnnl::memory src =
-        compute == dt::s8 ? s8
-                          : source_weights(w, layout, in, out, part.begin, part.depth, convolution);
     part.weights_md = pd.weights_desc();
-    if (compute == dt::s8 && s8_storage && parts.size() == 1 && src.get_desc() == part.weights_md) {
-      part.weights = src;  // quantized in the packed layout: no second copy
+    if (compute == dt::s8 && s8_storage && parts.size() == 1 && s8.get_desc() == part.weights_md) {
+      part.weights = s8;  // quantized in the packed layout: no second copy
       part.storage = std::move(*s8_storage);
       continue;
     }
@@ -720,15 +721,15 @@ void Linear::Impl::pack(const Tensor& w, WeightLayout layout, const dnnl::memory
       } catch (const dnnl::error&) {
         // A packed layout whose slices oneDNN cannot address: the whole weight widened at once.
       }
-      const Tensor w32 = w.to_f32();
-      src = source_weights(w32, layout, in, out, part.begin, part.depth, convolution);
-      dnnl::reorder(src, part.weights).execute(thread_stream(), src, part.weights);
-      thread_stream().wait();  // before w32 goes
-      continue;
     }
+    // s8, an F32 weight's view, or (the fallback) the whole 16-bit weight widened.
+    const Tensor w32 = compute == dt::s8 || w.dtype() == DType::f32 ? w : w.to_f32();
+    dnnl::memory src = compute == dt::s8 ? s8
+                                         : source_weights(w32, layout, in, out, part.begin,
+                                                          part.depth, convolution);
     dnnl::reorder(src, part.weights).execute(thread_stream(), src, part.weights);
+    thread_stream().wait();  // before w32 goes
   }
-  thread_stream().wait();
 }
 
 // A BF16 or F16 weight packed a slice of output features at a time, each slice widened to f32
@@ -749,15 +750,12 @@ void Linear::Impl::pack_widened(const Tensor& w, WeightLayout layout, const Part
   for (std::int64_t n0 = 0; n0 < out; n0 += slice) {
     const std::int64_t c = std::min(slice, out - n0);
     buffer.resize(static_cast<std::size_t>(c * depth));
-    std::vector<float> row;
-    for (std::int64_t i = 0; i < (out_in ? c : depth); ++i) {
-      // out_in: feature n0 + i's inputs [begin, begin + depth); in_out: input begin + i's
-      // features [n0, n0 + c).
-      const std::int64_t r = out_in ? n0 + i : part.begin + i;
-      const float* from = widened_row(w, r, out_in ? in : out, row);
-      std::memcpy(buffer.data() + i * (out_in ? depth : c), from + (out_in ? part.begin : n0),
-                  static_cast<std::size_t>(out_in ? depth : c) * sizeof(float));
-    }
+    // out_in: feature n0 + i's inputs [begin, begin + depth); in_out: input begin + i's
+    // features [n0, n0 + c). Only the slice's own values are widened.
+    const std::int64_t lines = out_in ? c : depth, span = out_in ? depth : c;
+    for (std::int64_t i = 0; i < lines; ++i)
+      widen_span(w, out_in ? (n0 + i) * in + part.begin : (part.begin + i) * out + n0, span,
+                 buffer.data() + i * span);
     // Element (k, n) of the slice: at n * depth + k (out_in) or k * c + n (in_out).
     const std::int64_t k_stride = out_in ? 1 : c, n_stride = out_in ? depth : 1;
     dnnl::memory src = convolution
