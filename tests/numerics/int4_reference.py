@@ -4,8 +4,8 @@
 Writes OUT/int4_cases.json: for a few shapes and group sizes, random float32 weights, biases and
 input rows (seeded), the 4-bit weights and bf16 scales the documented quantization gives, and
 the outputs of the documented product: input rows quantized to int8 per row, per group the exact
-int32 sums of eight lanes, accumulated into eight float32 lanes with a fused multiply-add, the
-lanes summed in the documented order, times the row's scale, plus the bias.
+int32 sum of the group's products, accumulated in float32 with a fused multiply-add times the
+group's scale, times the row's scale, plus the bias.
 """
 import json
 import sys
@@ -66,21 +66,15 @@ def product(qx, sx, q, scales, bias, group):
     rows, inp = qx.shape
     out = q.shape[0]
     y = np.zeros((rows, out), dtype=np.float32)
-    lanes = np.arange(inp) % 32 // 4
     for m in range(rows):
         for n in range(out):
-            acc = [np.float32(0.0)] * 8
+            acc = np.float32(0.0)
             prod = qx[m].astype(np.int64) * q[n].astype(np.int64)
             for g in range(inp // group):
-                part = slice(g * group, (g + 1) * group)
-                s = widen(scales[n, g])
-                for j in range(8):
-                    d = int(np.sum(prod[part][lanes[part] == j]))
-                    acc[j] = fma32(np.float32(d), s, acc[j])
+                d = int(np.sum(prod[g * group:(g + 1) * group]))
+                acc = fma32(np.float32(d), widen(scales[n, g]), acc)
             f = np.float32
-            r = f(f(f(acc[0] + acc[4]) + f(acc[2] + acc[6])) +
-                  f(f(acc[1] + acc[5]) + f(acc[3] + acc[7])))
-            y[m, n] = f(f(r * sx[m]) + bias[n])
+            y[m, n] = f(f(acc * sx[m]) + bias[n])
     return y
 
 

@@ -107,6 +107,16 @@ TEST_CASE("int4: a row's result depends neither on its batch nor on the threads"
   const std::vector<float> y = forward(layer, many.data(), 40 * c.rows);
   for (int copy = 0; copy < 40; ++copy)
     CHECK(std::equal(batch.begin(), batch.end(), y.begin() + copy * batch.size()));
+  // A decoding row through a layer large enough (1 MB of weights) to split over two threads.
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Tensor w({2048, 1024}), x({1, 1024});
+  for (std::int64_t i = 0; i < w.numel(); ++i) w.f32()[i] = normal(rng);
+  for (std::int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = normal(rng);
+  const Linear large(w, {}, {.compute = DType::i4}, Int8Policy::always);
+  const std::vector<float> on_two = forward(large, x.f32(), 1);
+  ThreadScope back_to_one(1);
+  CHECK(forward(large, x.f32(), 1) == on_two);
 }
 
 TEST_CASE("int4: narrow layers and inputs that do not split into groups stay f32",
@@ -129,13 +139,16 @@ TEST_CASE("int4: every kernel this CPU has gives the portable kernel's bits", "[
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int> byte(-127, 127);
-  // Shapes past every tile edge: rows past 4 and 64, features past 8 and 16, groups of 1-4 blocks.
+  // Shapes past every tile edge: rows past 2, 4 and 64; features past a tile of 16, blocks of 2
+  // and 4 tiles and the last, partial tile; groups of 1-4 blocks of 32.
   for (const auto& [out, in, group, rows] :
        std::vector<std::array<std::int64_t, 4>>{{37, 256, 32, 9},
                                                 {16, 128, 128, 4},
                                                 {9, 192, 64, 1},
                                                 {40, 512, 32, 70},
-                                                {3, 32, 32, 2}}) {
+                                                {3, 32, 32, 2},
+                                                {100, 64, 32, 7},
+                                                {129, 96, 96, 6}}) {
     INFO(out << " x " << in << ", groups of " << group << ", " << rows << " rows");
     std::vector<float> w(out * in), sx(rows);
     for (float& v : w) v = normal(rng);

@@ -8,15 +8,16 @@
 // (q[k0+j] + 8) | (q[k0+16+j] + 8) << 4; the scales as bf16, [out][in / group].
 //
 // A product takes the input rows quantized as int8 does (each row with its own scale
-// sx = max |x| / 127, qx = round_even(x / sx)) and computes, for each row and feature, eight
-// partial sums j = 0..7: per group g (in order) d = the exact int32 sum of qx[k] q[k] over the
-// group's inputs k with k mod 32 in [4j, 4j + 4), then acc[j] = fma(float(d), s_g, acc[j]);
-// y = (((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7))) * sx, then the bias
-// and the activation. Every kernel (AVX2, AVX-512 VNNI, portable C++) computes exactly this, so
-// a row's result depends neither on its batch nor on the thread count or the CPU.
+// sx = max |x| / 127, qx = round_even(x / sx)) and computes, for each row and feature, per group
+// g (in order) d = the exact int32 sum of qx[k] q[k] over the group's inputs, then
+// acc = fma(float(d), s_g, acc) from acc = 0; y = acc * sx, then the bias and the activation.
+// Every kernel (AVX-512 VNNI, AVX2, portable C++) computes exactly this, so a row's result
+// depends neither on its batch nor on the thread count or the CPU.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <new>
 #include <vector>
 
 #include "masque/layers.hpp"
@@ -48,7 +49,8 @@ const char* kernel_name(Int4Kernel kernel);
 
 class Int4Product {
  public:
-  // `bias`: out floats or null (copied).
+  // `bias`: out floats or null (copied). The weights are laid out for the kernels (tiles of 16
+  // features, int4_product.cpp) and `weights` freed.
   Int4Product(Int4Weights weights, const float* bias, Activation activation);
 
   // y[rows, out] from int8 rows qx[rows, in] with their scales sx[rows], on the calling
@@ -60,17 +62,22 @@ class Int4Product {
   static Int4Kernel best_kernel();
   static bool runs_here(Int4Kernel kernel);
 
-  const Int4Weights& weights() const { return weights_; }
   std::size_t bytes() const;  // what the weights, scales and bias hold
 
  private:
-  // Features [n_begin, n_end) of the rows, before the bias and the activation.
+  // Tiles [t0, t1) of 16 features of the rows, before the bias and the activation.
   // `offsets`: per row and group, the vector kernels' starting sums (int4_product.cpp).
-  void features(Int4Kernel kernel, const std::int8_t* qx, const std::int32_t* offsets,
-                const float* sx, std::int64_t rows, std::int64_t n_begin, std::int64_t n_end,
-                float* y) const;
+  void tiles(Int4Kernel kernel, const std::int8_t* qx, const std::int32_t* offsets, const float* sx,
+             std::int64_t rows, std::int64_t t0, std::int64_t t1, float* y) const;
 
-  Int4Weights weights_;
+  static constexpr std::size_t kHuge = 2 << 20;
+  struct FreeAligned {
+    void operator()(std::uint8_t* p) const { ::operator delete (p, std::align_val_t{kHuge}); }
+  };
+  std::int64_t in_, out_, group_;
+  std::unique_ptr<std::uint8_t, FreeAligned> nibbles_;  // [tile][in / 8][64]
+  std::size_t nibbles_bytes_ = 0;
+  std::vector<std::uint16_t> scales_;  // [tile][group][16], bf16
   std::vector<float> bias_;
   Activation activation_;
 };
