@@ -15,11 +15,28 @@ if [ "${1:-}" = "--sanitize" ]; then
   # oneDNN and OpenMP keep allocations alive on purpose; leaks are not what this run checks.
   export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:${ASAN_OPTIONS:-}"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
-  # The 200-step training trajectories take minutes in Release; under the sanitizers their code
-  # is already covered by the one-step gradient and resume tests.
-  # Two byte-identity sweeps repeat one code path over many batch settings (50 s each under
-  # ASan); the other continuous-batching and corpus tests keep that path in this suite.
-  CTEST_ARGS="-LE trajectory -E (tiny-gpt2.ids.prompts.equal.static.batching|byte-identical.output.for.1.and.2.threads)"
+  # Under the sanitizers a test runs 2-5 times slower, and CI's machine can be 2-3 times slower
+  # than ours: this suite skips the tests that repeat one code path over many settings or
+  # processes, whose path the tests it keeps already run (all of them run in the Release suite):
+  # - the 200-step training trajectories (label trajectory; one-step gradient and resume tests
+  #   cover their code);
+  # - equivalence sweeps over batch sizes, threads and orders: continuous batching against static
+  #   batching (the summary and diffusion continuous-batching tests stay), byte identity for 1
+  #   and 2 threads, constrained and diffusion outputs for any batching;
+  # - mpirun runs repeated over compressed corpora, diffusion and JSON schemas, and killed and
+  #   resumed again (one killed-and-resumed run, lm-score over 1/2/3 ranks and the two-host run
+  #   stay).
+  # The ten of these the suite ran before took 279 of its 1,268 test-seconds (Zen 4, 2026-12-04).
+  skipped=(
+    'continuous.batching:.*equals?.static.batching'
+    'byte-identical.output.for.1.and.2.threads'
+    'outputs.do.not.depend.on.threads.or.batch.size.or.continuous.batching'
+    'the.same.outputs.for.any.batching.and.thread.count'
+    'mpi:..gz.and..zst.corpora.under.mpirun'
+    'mpi:.diffusion-generate'
+    'mpi:.lm-generate.under.a.JSON.schema'
+  )
+  CTEST_ARGS="-LE trajectory -E ($(IFS='|'; echo "${skipped[*]}"))"
 fi
 BUILD_TARGET=all scripts/setup.sh "${setup_args[@]}"
 # shellcheck disable=SC2086
