@@ -1,5 +1,6 @@
 #include "numerics/dnnl_context.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -37,23 +38,31 @@ void* thread_scratchpad(std::size_t bytes) {
   return buffer.data.get();
 }
 
-dnnl::memory layer_memory(const dnnl::memory::desc& md, std::shared_ptr<void>& storage) {
-  constexpr std::size_t kHugePage = std::size_t{2} << 20;
-  const std::size_t bytes = md.get_size();
-  if (bytes < kHugePage) {  // oneDNN's own allocation; it owns the buffer
-    storage.reset();
-    return dnnl::memory(md, cpu_engine());
-  }
+namespace {
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+}
+
+void* weight_buffer(std::size_t bytes, std::shared_ptr<void>& storage) {
+  const std::size_t alignment = bytes < kHugePage ? 64 : kHugePage;
   void* p = nullptr;
-  if (posix_memalign(&p, kHugePage, bytes) != 0)
+  if (posix_memalign(&p, alignment, std::max<std::size_t>(bytes, 1)) != 0)
     throw RuntimeError("out of memory allocating " + std::to_string(bytes) + " bytes of weights");
   storage.reset(p, &std::free);
 #ifdef MADV_HUGEPAGE
   // Advice only, on whole huge pages (a partial last one would commit memory past the end);
   // without THP the buffer simply keeps small pages.
-  madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
+  if (bytes >= kHugePage) madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
 #endif
-  return dnnl::memory(md, cpu_engine(), p);
+  return p;
+}
+
+dnnl::memory layer_memory(const dnnl::memory::desc& md, std::shared_ptr<void>& storage) {
+  const std::size_t bytes = md.get_size();
+  if (bytes < kHugePage) {  // oneDNN's own allocation; it owns the buffer
+    storage.reset();
+    return dnnl::memory(md, cpu_engine());
+  }
+  return dnnl::memory(md, cpu_engine(), weight_buffer(bytes, storage));
 }
 
 }  // namespace masque::numerics

@@ -20,5 +20,8 @@ void* thread_scratchpad(std::size_t bytes);
 // huge pages where the kernel allows them (THP "madvise" mode): a matmul streaming its weights
 // then misses the TLB far less often.
 dnnl::memory layer_memory(const dnnl::memory::desc& md, std::shared_ptr<void>& storage);
+// The same for weights outside oneDNN (int4): `bytes` aligned to a cache line (to a huge page,
+// with the advice, from 2 MB up), owned by `storage`.
+void* weight_buffer(std::size_t bytes, std::shared_ptr<void>& storage);
 
 }  // namespace masque::numerics

@@ -3,7 +3,6 @@
 #include "numerics/int4_product.hpp"
 
 #include <immintrin.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <bit>
@@ -13,6 +12,7 @@
 #include "masque/error.hpp"
 #include "masque/ops.hpp"
 #include "masque/threading.hpp"
+#include "numerics/dnnl_context.hpp"
 #include "numerics/parallel.hpp"
 #include "numerics/release_in_order.hpp"
 #include "numerics/simd.hpp"
@@ -395,16 +395,13 @@ Int4Product::Int4Product(Int4Weights weights, const float* bias, Activation acti
   if (bias) bias_.assign(bias, bias + out_);
   const std::int64_t tiles = (out_ + kTile - 1) / kTile, groups = in_ / group_;
   nibbles_bytes_ = static_cast<std::size_t>(tiles * in_ * 8);
-  // Each of the kernels' loads is one cache line; transparent huge pages where the kernel grants
-  // them (decoding a 0.5B model read its weights about 7 % faster: fewer TLB misses).
-  nibbles_.reset(
-      static_cast<std::uint8_t*>(::operator new (nibbles_bytes_, std::align_val_t{kHuge})));
-  if (nibbles_bytes_ >= kHuge)
-    madvise(nibbles_.get(), nibbles_bytes_ / kHuge * kHuge, MADV_HUGEPAGE);
-  std::memset(nibbles_.get(), 0x88, nibbles_bytes_);  // padding features: q = 0
+  // Each of the kernels' loads is one cache line; huge pages for large layers (decoding a 0.5B
+  // model read its weights about 7 % faster: fewer TLB misses).
+  nibbles_ = static_cast<std::uint8_t*>(weight_buffer(nibbles_bytes_, nibbles_storage_));
+  std::memset(nibbles_, 0x88, nibbles_bytes_);  // padding features: q = 0
   scales_.assign(static_cast<std::size_t>(tiles * groups * kTile), 0);
   for (std::int64_t n = 0; n < out_; ++n) {
-    std::uint8_t* dst = nibbles_.get() + n / kTile * in_ * 8 + n % kTile * 4;
+    std::uint8_t* dst = nibbles_ + n / kTile * in_ * 8 + n % kTile * 4;
     const std::uint8_t* src = weights.nibbles.data() + n * (in_ / 2);
     for (std::int64_t b = 0; b < in_ / kBlock; ++b, src += 16) {
       std::uint8_t v[kBlock];  // the block's 32 weights as q + 8, in input order
@@ -443,7 +440,7 @@ void Int4Product::tiles(Int4Kernel kernel, const std::int8_t* qx, const std::int
   const Tile all{.x = qx,
                  .offsets = offsets,
                  .sx = sx,
-                 .nibbles = nibbles_.get(),
+                 .nibbles = nibbles_,
                  .scales = scales_.data(),
                  .y = y,
                  .in = in_,
@@ -464,7 +461,7 @@ void Int4Product::tiles(Int4Kernel kernel, const std::int8_t* qx, const std::int
       case Int4Kernel::portable:
         for (std::int64_t m = m0; m < m1; ++m)
           for (std::int64_t n = t0 * kTile; n < std::min(out_, t1 * kTile); ++n)
-            y[m * out_ + n] = dot_portable(qx + m * in_, nibbles_.get() + n / kTile * in_ * 8,
+            y[m * out_ + n] = dot_portable(qx + m * in_, nibbles_ + n / kTile * in_ * 8,
                                            scales_.data() + n / kTile * groups * kTile,
                                            static_cast<int>(n % kTile), in_, group_) *
                               sx[m];

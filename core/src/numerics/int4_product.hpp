@@ -17,7 +17,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <new>
 #include <vector>
 
 #include "masque/layers.hpp"
@@ -70,12 +69,9 @@ class Int4Product {
   void tiles(Int4Kernel kernel, const std::int8_t* qx, const std::int32_t* offsets, const float* sx,
              std::int64_t rows, std::int64_t t0, std::int64_t t1, float* y) const;
 
-  static constexpr std::size_t kHuge = 2 << 20;
-  struct FreeAligned {
-    void operator()(std::uint8_t* p) const { ::operator delete (p, std::align_val_t{kHuge}); }
-  };
   std::int64_t in_, out_, group_;
-  std::unique_ptr<std::uint8_t, FreeAligned> nibbles_;  // [tile][in / 8][64]
+  std::shared_ptr<void> nibbles_storage_;
+  std::uint8_t* nibbles_ = nullptr;  // [tile][in / 8][64]
   std::size_t nibbles_bytes_ = 0;
   std::vector<std::uint16_t> scales_;  // [tile][group][16], bf16
   std::vector<float> bias_;
