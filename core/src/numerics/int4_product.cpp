@@ -357,8 +357,13 @@ Int4Weights quantize_int4(const float* w, WeightLayout layout, std::int64_t in, 
   return q;
 }
 
-Int4Weights quantize_int4(const Tensor& w, WeightLayout layout, std::int64_t group,
-                          const SourceRelease& release) {
+namespace {
+
+// Each feature of a weight in its stored type quantized, in order: feature(n, nibbles, scales).
+// An [out, in] BF16 or F16 weight goes a stored row at a time (never widened whole).
+template <typename Feature>
+void quantize_features(const Tensor& w, WeightLayout layout, std::int64_t group,
+                       const SourceRelease& release, Feature&& feature) {
   const bool out_in = layout == WeightLayout::out_in;
   const std::int64_t in = w.dim(out_in ? 1 : 0), out = w.dim(out_in ? 0 : 1);
   auto check = [](const float* values, std::int64_t n) {
@@ -369,12 +374,15 @@ Int4Weights quantize_int4(const Tensor& w, WeightLayout layout, std::int64_t gro
   if (!out_in || w.dtype() == DType::f32) {
     const Tensor w32 = w.dtype() == DType::f32 ? w : w.to_f32();
     check(w32.f32(), w32.numel());
-    return quantize_int4(w32.f32(), layout, in, out, group);
+    const Int4Weights q = quantize_int4(w32.f32(), layout, in, out, group);
+    for (std::int64_t n = 0; n < out; ++n)
+      feature(n, q.nibbles.data() + n * (in / 2), q.scales.data() + n * (in / group));
+    return;
   }
-  if (!int4_fits(in, group)) return quantize_int4(nullptr, layout, in, out, group);  // throws
-  Int4Weights q{in, out, group, std::vector<std::uint8_t>(out * in / 2),
-                std::vector<std::uint16_t>(out * (in / group))};
+  if (!int4_fits(in, group)) quantize_int4(nullptr, layout, in, out, group);  // throws
   std::vector<float> row(in);
+  std::vector<std::uint8_t> nibbles(in / 2);
+  std::vector<std::uint16_t> scales(in / group);
   const auto* bits = static_cast<const std::uint16_t*>(w.raw());
   ReleaseInOrder done(release, static_cast<std::size_t>(in) * sizeof(std::uint16_t));
   for (std::int64_t n = 0; n < out; ++n) {
@@ -383,15 +391,48 @@ Int4Weights quantize_int4(const Tensor& w, WeightLayout layout, std::int64_t gro
     else
       widen_f16(bits + n * in, in, row.data());
     check(row.data(), in);
-    quantize_feature(row.data(), in, group, q.nibbles.data() + n * in / 2,
-                     q.scales.data() + n * (in / group));
+    quantize_feature(row.data(), in, group, nibbles.data(), scales.data());
+    feature(n, nibbles.data(), scales.data());
     done.row(n);
   }
+}
+
+}  // namespace
+
+Int4Weights quantize_int4(const Tensor& w, WeightLayout layout, std::int64_t group,
+                          const SourceRelease& release) {
+  const bool out_in = layout == WeightLayout::out_in;
+  const std::int64_t in = w.dim(out_in ? 1 : 0), out = w.dim(out_in ? 0 : 1);
+  Int4Weights q{in, out, group, std::vector<std::uint8_t>(out * in / 2),
+                std::vector<std::uint16_t>(int4_fits(in, group) ? out * (in / group) : 0)};
+  quantize_features(w, layout, group, release,
+                    [&](std::int64_t n, const std::uint8_t* nibbles, const std::uint16_t* scales) {
+                      std::copy(nibbles, nibbles + in / 2, q.nibbles.data() + n * (in / 2));
+                      std::copy(scales, scales + in / group, q.scales.data() + n * (in / group));
+                    });
   return q;
 }
 
-Int4Product::Int4Product(Int4Weights weights, const float* bias, Activation activation)
-    : in_(weights.in), out_(weights.out), group_(weights.group), activation_(activation) {
+std::unique_ptr<Int4Product> quantize_int4_product(const Tensor& w, WeightLayout layout,
+                                                   std::int64_t group, const float* bias,
+                                                   Activation activation,
+                                                   const SourceRelease& release) {
+  const bool out_in = layout == WeightLayout::out_in;
+  const std::int64_t in = w.dim(out_in ? 1 : 0), out = w.dim(out_in ? 0 : 1);
+  auto product = std::make_unique<Int4Product>(in, out, group, bias, activation);
+  quantize_features(w, layout, group, release,
+                    [&](std::int64_t n, const std::uint8_t* nibbles, const std::uint16_t* scales) {
+                      product->set_feature(n, nibbles, scales);
+                    });
+  return product;
+}
+
+Int4Product::Int4Product(std::int64_t in, std::int64_t out, std::int64_t group, const float* bias,
+                         Activation activation)
+    : in_(in), out_(out), group_(group), activation_(activation) {
+  if (!int4_fits(in, group))
+    throw RuntimeError("int4: " + std::to_string(in) + " inputs do not split into groups of " +
+                       std::to_string(group) + " (a multiple of 32)");
   if (bias) bias_.assign(bias, bias + out_);
   const std::int64_t tiles = (out_ + kTile - 1) / kTile, groups = in_ / group_;
   nibbles_bytes_ = static_cast<std::size_t>(tiles * in_ * 8);
@@ -400,22 +441,31 @@ Int4Product::Int4Product(Int4Weights weights, const float* bias, Activation acti
   nibbles_ = static_cast<std::uint8_t*>(weight_buffer(nibbles_bytes_, nibbles_storage_));
   std::memset(nibbles_, 0x88, nibbles_bytes_);  // padding features: q = 0
   scales_.assign(static_cast<std::size_t>(tiles * groups * kTile), 0);
-  for (std::int64_t n = 0; n < out_; ++n) {
-    std::uint8_t* dst = nibbles_ + n / kTile * in_ * 8 + n % kTile * 4;
-    const std::uint8_t* src = weights.nibbles.data() + n * (in_ / 2);
-    for (std::int64_t b = 0; b < in_ / kBlock; ++b, src += 16) {
-      std::uint8_t v[kBlock];  // the block's 32 weights as q + 8, in input order
-      for (int j = 0; j < 16; ++j) {
-        v[j] = src[j] & 0x0f;
-        v[16 + j] = src[j] >> 4;
-      }
-      for (int step = 0; step < 4; ++step, dst += 64)
-        for (int i = 0; i < 4; ++i)
-          dst[i] = static_cast<std::uint8_t>(v[8 * step + i] | v[8 * step + 4 + i] << 4);
+}
+
+Int4Product::Int4Product(const Int4Weights& weights, const float* bias, Activation activation)
+    : Int4Product(weights.in, weights.out, weights.group, bias, activation) {
+  const std::int64_t groups = in_ / group_;
+  for (std::int64_t n = 0; n < out_; ++n)
+    set_feature(n, weights.nibbles.data() + n * (in_ / 2), weights.scales.data() + n * groups);
+}
+
+void Int4Product::set_feature(std::int64_t n, const std::uint8_t* nibbles,
+                              const std::uint16_t* scales) {
+  std::uint8_t* dst = nibbles_ + n / kTile * in_ * 8 + n % kTile * 4;
+  for (std::int64_t b = 0; b < in_ / kBlock; ++b, nibbles += 16) {
+    std::uint8_t v[kBlock];  // the block's 32 weights as q + 8, in input order
+    for (int j = 0; j < 16; ++j) {
+      v[j] = nibbles[j] & 0x0f;
+      v[16 + j] = nibbles[j] >> 4;
     }
-    for (std::int64_t g = 0; g < groups; ++g)
-      scales_[(n / kTile * groups + g) * kTile + n % kTile] = weights.scales[n * groups + g];
+    for (int step = 0; step < 4; ++step, dst += 64)
+      for (int i = 0; i < 4; ++i)
+        dst[i] = static_cast<std::uint8_t>(v[8 * step + i] | v[8 * step + 4 + i] << 4);
   }
+  const std::int64_t groups = in_ / group_;
+  for (std::int64_t g = 0; g < groups; ++g)
+    scales_[(n / kTile * groups + g) * kTile + n % kTile] = scales[g];
 }
 
 std::size_t Int4Product::bytes() const {

@@ -36,21 +36,21 @@ bool int4_fits(std::int64_t in, std::int64_t group);
 // Quantizes a weight of finite floats stored as `layout` ([out, in] or [in, out]).
 Int4Weights quantize_int4(const float* w, WeightLayout layout, std::int64_t in, std::int64_t out,
                           std::int64_t group);
-// The same from a tensor in its stored type (F32, BF16, F16), a feature at a time: an [out, in]
-// BF16 checkpoint is never widened whole, and `release` (if set) is told as its rows are done.
-// RuntimeError for a value that is not finite.
-Int4Weights quantize_int4(const Tensor& w, WeightLayout layout, std::int64_t group,
-                          const SourceRelease& release = {});
-
 // The kernels, all giving the same bits; run() takes the best this CPU has.
 enum class Int4Kernel { portable, avx2, avx512_vnni };
 const char* kernel_name(Int4Kernel kernel);
 
 class Int4Product {
  public:
-  // `bias`: out floats or null (copied). The weights are laid out for the kernels (tiles of 16
-  // features, int4_product.cpp) and `weights` freed.
-  Int4Product(Int4Weights weights, const float* bias, Activation activation);
+  // A product of this shape with all weights 0: set_feature() gives each its values.
+  // `bias`: out floats or null (copied). RuntimeError when `in` does not split into groups.
+  Int4Product(std::int64_t in, std::int64_t out, std::int64_t group, const float* bias,
+              Activation activation);
+  // Weights in the stored layout, copied into the kernels' (tiles of 16 features,
+  // int4_product.cpp).
+  Int4Product(const Int4Weights& weights, const float* bias, Activation activation);
+  // Feature n's weights in the stored layout: in / 2 bytes of nibbles, in / group bf16 scales.
+  void set_feature(std::int64_t n, const std::uint8_t* nibbles, const std::uint16_t* scales);
 
   // y[rows, out] from int8 rows qx[rows, in] with their scales sx[rows], on the calling
   // thread's intra-op threads (output features split between them).
@@ -77,5 +77,16 @@ class Int4Product {
   std::vector<float> bias_;
   Activation activation_;
 };
+
+// Quantizes a weight in its stored type (F32, BF16, F16), a feature at a time: an [out, in]
+// BF16 or F16 weight is never widened whole, and `release` (if set) is told as its rows are
+// done. RuntimeError for a value that is not finite.
+Int4Weights quantize_int4(const Tensor& w, WeightLayout layout, std::int64_t group,
+                          const SourceRelease& release = {});
+// The same straight into a product's layout (no stored-layout copy of the whole weight).
+std::unique_ptr<Int4Product> quantize_int4_product(const Tensor& w, WeightLayout layout,
+                                                   std::int64_t group, const float* bias,
+                                                   Activation activation,
+                                                   const SourceRelease& release = {});
 
 }  // namespace masque::numerics

@@ -30,6 +30,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -189,7 +190,9 @@ struct Linear::Impl {
   // packed weights from the stored weight (f32 and bf16 layers: F32, BF16 or F16, converted by
   // the packing reorder) or from s8 (int8 layers, quantized).
   void set_bias(const Tensor& bias);
-  void make_int4(numerics::Int4Weights weights, const Tensor& bias);
+  // The int4 product, built by `build` from the bias as f32 (or null).
+  void make_int4(const Tensor& bias,
+                 const std::function<std::unique_ptr<numerics::Int4Product>(const float*)>& build);
   // `s8_storage`: the buffer of an s8 weight made for this layer, adopted as the packed weights
   // where their layout is its own (else s8 is reordered and the buffer dropped).
   // `release`: told as an [out, in] 16-bit weight's rows are packed (one part only).
@@ -646,8 +649,10 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, LinearOptions options, 
     throw RuntimeError("Linear: empty weight " + to_string(weight.shape()));
 
   if (options.compute == DType::i4) {  // quantized from the stored type, a feature at a time
-    impl->make_int4(numerics::quantize_int4(weight, options.layout, options.group_size, release),
-                    bias);
+    impl->make_int4(bias, [&](const float* b) {
+      return numerics::quantize_int4_product(weight, options.layout, options.group_size, b,
+                                             options.activation, release);
+    });
     impl_ = std::move(impl);
     return;
   }
@@ -673,15 +678,16 @@ void Linear::Impl::set_bias(const Tensor& b) {
   std::memcpy(bias.get_data_handle(), b32.f32(), b32.bytes());
 }
 
-void Linear::Impl::make_int4(numerics::Int4Weights weights, const Tensor& b) {
+void Linear::Impl::make_int4(
+    const Tensor& b,
+    const std::function<std::unique_ptr<numerics::Int4Product>(const float*)>& build) {
   compute = dt::s8;  // the input rows' type
   Tensor b32;
   if (!b.empty()) {
     b32 = b.dtype() == DType::f32 ? b : b.to_f32();
     numerics::require_vector(b32, out, "Linear", "bias");
   }
-  int4 = std::make_unique<numerics::Int4Product>(std::move(weights),
-                                                 b32.empty() ? nullptr : b32.f32(), activation);
+  int4 = build(b32.empty() ? nullptr : b32.f32());
 }
 
 void Linear::Impl::pack(const Tensor& w, WeightLayout layout, const dnnl::memory& s8,
@@ -898,12 +904,17 @@ Linear Linear::quantized(std::span<const QuantizedWeight> parts, const Tensor& b
   const Tensor scales = concat_quantized_rows(parts, true);
   Linear linear;
   if (first.type == DType::i4) {
-    numerics::Int4Weights w{in, out, first.group_size,
-                            std::vector<std::uint8_t>(static_cast<std::size_t>(values.bytes())),
-                            std::vector<std::uint16_t>(static_cast<std::size_t>(scales.numel()))};
-    std::memcpy(w.nibbles.data(), values.raw(), values.bytes());
-    std::memcpy(w.scales.data(), scales.raw(), scales.bytes());
-    impl->make_int4(std::move(w), bias);
+    // From the stored tensors straight into the kernels' layout.
+    impl->make_int4(bias, [&](const float* b) {
+      auto product =
+          std::make_unique<numerics::Int4Product>(in, out, first.group_size, b, activation);
+      const auto* nibbles = static_cast<const std::uint8_t*>(values.raw());
+      const auto* stored_scales = static_cast<const std::uint16_t*>(scales.raw());
+      for (std::int64_t n = 0; n < out; ++n)
+        product->set_feature(n, nibbles + n * (in / 2),
+                             stored_scales + n * (in / first.group_size));
+      return product;
+    });
   } else {
     impl->compute = dt::s8;
     impl->set_bias(bias);
