@@ -69,6 +69,10 @@ class BOOST_SYMBOL_VISIBLE SafeTensors {
   // The same for the tensor's first `leading_bytes` (a weight consumed in order: its pages go as
   // it is read, so a large one is never resident whole beside its copy).
   void release(std::string_view name, std::size_t leading_bytes) const;
+  // Tells the kernel that the tensor will be read a few rows at a time from now on (an embedding
+  // table read in place: madvise MADV_RANDOM), so that a lookup faults in its page rather than
+  // the page cache's whole folio around it. Not for a tensor that is read again in order.
+  void read_rows_at_random(std::string_view name) const;
 
  private:
   struct Impl;

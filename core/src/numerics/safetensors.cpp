@@ -474,6 +474,20 @@ void SafeTensors::release(std::string_view name, std::size_t leading_bytes) cons
     ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice: may fail
 }
 
+void SafeTensors::read_rows_at_random(std::string_view name) const {
+  const auto& impl = need(impl_);
+  if (impl.held.count(std::string(name))) return;
+  const SafeTensorEntry& e = impl.entry(name);
+  const auto it = impl.mappings.find(e.file);
+  if (it == impl.mappings.end() || e.size == 0) return;
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const auto base = reinterpret_cast<std::uintptr_t>(it->second->data());
+  // Whole pages inside the span only, as release() does.
+  const std::uintptr_t begin = (base + e.offset + page - 1) / page * page;
+  const std::uintptr_t end = (base + e.offset + e.size) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_RANDOM);
+}
+
 Tensor SafeTensors::get_f32(std::string_view name, const Shape& expected) const {
   const SafeTensorEntry& e = entry(name);
   if (e.shape != expected)
