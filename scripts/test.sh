@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 setup_args=()
+ctest_args=()
 build_dir=build
 if [ "${1:-}" = "--sanitize" ]; then
   setup_args=(--sanitize)
@@ -36,8 +37,12 @@ if [ "${1:-}" = "--sanitize" ]; then
     'mpi:.diffusion-generate'
     'mpi:.lm-generate.under.a.JSON.schema'
   )
-  CTEST_ARGS="-LE trajectory -E ($(IFS='|'; echo "${skipped[*]}"))"
+  ctest_args=(-LE trajectory -E "($(IFS='|'; echo "${skipped[*]}"))")
 fi
 BUILD_TARGET=all scripts/setup.sh "${setup_args[@]}"
-# shellcheck disable=SC2086
-ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)" ${CTEST_ARGS:-}
+# CTEST_ARGS (environment): more ctest options, split at spaces and never globbed.
+set -f
+# shellcheck disable=SC2206
+ctest_args+=(${CTEST_ARGS:-})
+set +f
+ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)" "${ctest_args[@]}"
