@@ -39,6 +39,10 @@ if [ "${1:-}" = "--sanitize" ]; then
   )
   ctest_args=(-LE trajectory -E "($(IFS='|'; echo "${skipped[*]}"))")
 fi
+# CTest runs two tests at a time, each with its own OpenMP threads: threads that spin while they
+# wait (OpenMP's default) took the cores the other test needed. Passive waiting ran the Release
+# suite in 184 s instead of 287 s on two Zen 4 cores.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 BUILD_TARGET=all scripts/setup.sh "${setup_args[@]}"
 # CTEST_ARGS (environment): more ctest options, split at spaces and never globbed.
 set -f
