@@ -459,33 +459,31 @@ void SafeTensors::release(std::string_view name) const {
   release(name, std::numeric_limits<std::size_t>::max());
 }
 
-void SafeTensors::release(std::string_view name, std::size_t leading_bytes) const {
-  const auto& impl = need(impl_);
+namespace {
+
+// madvise over the whole pages inside a mapped tensor's first `bytes` (a neighbour sharing a
+// page is not touched); nothing for tensors held in memory. Advice: it may fail.
+template <typename Impl>
+void advise_pages(const Impl& impl, std::string_view name, std::size_t bytes, int advice) {
   if (impl.held.count(std::string(name))) return;
   const SafeTensorEntry& e = impl.entry(name);
   const auto it = impl.mappings.find(e.file);
   if (it == impl.mappings.end() || e.size == 0) return;
   const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   const auto base = reinterpret_cast<std::uintptr_t>(it->second->data());
-  // Whole pages inside the span only: a neighbour sharing a page keeps it.
   const std::uintptr_t begin = (base + e.offset + page - 1) / page * page;
-  const std::uintptr_t end = (base + e.offset + std::min(e.size, leading_bytes)) / page * page;
-  if (end > begin)
-    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice: may fail
+  const std::uintptr_t end = (base + e.offset + std::min(e.size, bytes)) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, advice);
+}
+
+}  // namespace
+
+void SafeTensors::release(std::string_view name, std::size_t leading_bytes) const {
+  advise_pages(need(impl_), name, leading_bytes, MADV_DONTNEED);
 }
 
 void SafeTensors::read_rows_at_random(std::string_view name) const {
-  const auto& impl = need(impl_);
-  if (impl.held.count(std::string(name))) return;
-  const SafeTensorEntry& e = impl.entry(name);
-  const auto it = impl.mappings.find(e.file);
-  if (it == impl.mappings.end() || e.size == 0) return;
-  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  const auto base = reinterpret_cast<std::uintptr_t>(it->second->data());
-  // Whole pages inside the span only, as release() does.
-  const std::uintptr_t begin = (base + e.offset + page - 1) / page * page;
-  const std::uintptr_t end = (base + e.offset + e.size) / page * page;
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_RANDOM);
+  advise_pages(need(impl_), name, std::numeric_limits<std::size_t>::max(), MADV_RANDOM);
 }
 
 Tensor SafeTensors::get_f32(std::string_view name, const Shape& expected) const {
