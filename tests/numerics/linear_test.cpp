@@ -237,6 +237,42 @@ TEST_CASE("Linear's one-row kernel gives oneDNN's bits for every shape and activ
     }
 }
 
+TEST_CASE("Linear's bf16 one-row kernel gives oneDNN's bits for every shape and activation",
+          "[numerics][linear][threads]") {
+  if (!bf16_matmul_supported()) return;  // no bf16 matmul on this CPU
+  // One part and several (deeper than 1024 inputs, a shorter last one), an odd depth (the last
+  // pair half padding), widths with a partial last block of 64 columns.
+  struct Shape {
+    std::int64_t in, out;
+  };
+  const Shape shapes[] = {{64, 512}, {101, 70}, {896, 1152}, {2048, 130}, {4864, 200}};
+  const Activation activations[] = {Activation::none, Activation::gelu_tanh, Activation::silu};
+  // AVX-512 BF16 without AMX is where oneDNN 2.6 packs bf16 weights as BA16a64b2a.
+  const bool expect_kernel = dnnl_get_effective_cpu_isa() == dnnl_cpu_isa_avx512_core_bf16;
+  std::uint64_t seed = 180;
+  for (const Shape& shape : shapes)
+    for (const Activation activation : activations) {
+      INFO("in " << shape.in << ", out " << shape.out << ", activation "
+                 << static_cast<int>(activation));
+      const Tensor w = to_bf16(random_tensor({shape.out, shape.in}, seed++, 0.05f));
+      const Tensor b = random_tensor({shape.out}, seed++);
+      const Tensor x = random_tensor({5, shape.in}, seed++);
+      const Linear linear(w, b, {.activation = activation, .compute = DType::bf16});
+      CHECK(linear.streams_one_row() == expect_kernel);
+      Tensor all;
+      linear.forward(x, all);  // five rows: oneDNN's matmul
+      CHECK(relative_error(all, reference_linear(x, w.to_f32(), b, activation)) < 1e-2);
+      for (int threads : {1, 2}) {
+        ThreadScope scope(threads);
+        for (std::int64_t r = 0; r < 5; ++r) {
+          std::vector<float> y(static_cast<std::size_t>(shape.out));
+          linear.forward(x.f32() + r * shape.in, 1, y.data());
+          CHECK(std::memcmp(y.data(), all.f32() + r * shape.out, sizeof(float) * y.size()) == 0);
+        }
+      }
+    }
+}
+
 TEST_CASE("thread counts are per calling thread", "[numerics][threads]") {
   const int before = thread_count();
   {

@@ -154,7 +154,7 @@ struct Linear::Impl {
   std::vector<Part> parts;
   dnnl::memory::desc bias_md;  // zero desc when there is no bias
   dnnl::memory bias;
-  // f32, one part: one-row products at memory speed, calibrated to oneDNN's numbers (or null).
+  // f32 or bf16: one-row products at memory speed, calibrated to oneDNN's numbers (or null).
   // Made at the first one-row call, so that runs which never decode do not pay for it.
   mutable std::once_flag row_product_once;
   mutable std::unique_ptr<numerics::RowProduct> row_product;
@@ -545,9 +545,11 @@ int int8_weight_levels() {
 // The layer's one-row product when it reproduces oneDNN's: calibrated on a probe row whose
 // values span several magnitudes, so that a wrong summation order shows in the roundings.
 std::unique_ptr<numerics::RowProduct> Linear::Impl::make_row_product() const {
-  if (compute != dt::f32 || convolution || parts.size() != 1) return nullptr;
+  if ((compute != dt::f32 && compute != dt::bf16) || convolution) return nullptr;
   const float* b = bias_md.is_zero() ? nullptr : static_cast<const float*>(bias.get_data_handle());
-  auto product = numerics::RowProduct::over(parts[0].weights, b, eltwise_of(activation),
+  std::vector<dnnl::memory> weights;
+  for (const Part& part : parts) weights.push_back(part.weights);
+  auto product = numerics::RowProduct::over(weights, b, eltwise_of(activation),
                                             activation == Activation::silu ? 1.0f : 0.0f);
   if (!product) return nullptr;
   std::vector<float> x(static_cast<std::size_t>(in)), reference(static_cast<std::size_t>(out));
@@ -557,11 +559,26 @@ std::unique_ptr<numerics::RowProduct> Linear::Impl::make_row_product() const {
     v = static_cast<float>(static_cast<std::int32_t>(state >> 8) - (1 << 23)) *
         std::ldexp(1.0f, static_cast<int>(state % 7) - 26);
   }
-  {
-    ThreadScope one(1);
-    run(1, 0, x.data(), reference.data());
+  std::vector<std::uint16_t> x16;
+  const void* row = x.data();
+  if (compute == dt::bf16) {
+    x16.resize(x.size());
+    round_to_bf16(x.data(), in, x16.data());
+    row = x16.data();
   }
-  return product->calibrate(x.data(), reference.data()) ? std::move(product) : nullptr;
+  ThreadScope one(1);
+  const auto part_reference = [&](std::size_t part, float* y) {
+    std::fill(y, y + out, 0.0f);
+    if (compute == dt::f32) return run(1, part, x.data(), y);
+    run(1, part, x16.data() + parts[part].begin, y);
+  };
+  if (compute == dt::f32) {
+    run(1, 0, x.data(), reference.data());
+  } else {
+    for (std::size_t part = 0; part < parts.size(); ++part)
+      run(1, part, x16.data() + parts[part].begin, reference.data());
+  }
+  return product->calibrate(row, part_reference, reference.data()) ? std::move(product) : nullptr;
 }
 
 std::unique_ptr<numerics::Int8RowProduct> Linear::Impl::make_int8_row() const {
@@ -1100,7 +1117,7 @@ void Linear::forward(const float* x, std::int64_t rows, float* y) const {
   if (one_row_convolution || (rows < kParallelMinRows ? weight_bytes < kParallelMinWeightBytes
                                                       : numerics::threads_for(flops) == 1))
     one.emplace(1);
-  if (rows == 1)
+  if (rows == 1 && impl_->compute == dt::f32)
     if (const numerics::RowProduct* kernel = impl_->one_row()) return kernel->run(x, y);
   if (impl_->compute == dt::f32) return impl_->run(rows, 0, x, y);  // one part
   if (impl_->compute == dt::s8) {
@@ -1115,6 +1132,8 @@ void Linear::forward(const float* x, std::int64_t rows, float* y) const {
     return impl_->run(rows, 0, q, y, scales);
   }
   const std::uint16_t* src = impl_->to_bf16(x, rows);
+  if (rows == 1)
+    if (const numerics::RowProduct* kernel = impl_->one_row()) return kernel->run(src, y);
   for (std::size_t part = 0; part < impl_->parts.size(); ++part)
     impl_->run(rows, part, src + rows * impl_->parts[part].begin, y);
 }
