@@ -247,7 +247,8 @@ TEST_CASE("Linear's bf16 one-row kernel gives oneDNN's bits for every shape and 
   };
   const Shape shapes[] = {{64, 512}, {101, 70}, {896, 1152}, {2048, 130}, {4864, 200}};
   const Activation activations[] = {Activation::none, Activation::gelu_tanh, Activation::silu};
-  // AVX-512 BF16 without AMX is where oneDNN 2.6 packs bf16 weights as BA16a64b2a.
+  // AVX-512 BF16 without AMX is where oneDNN 2.6 packs bf16 weights as BA16a64b2a and sums
+  // them with vdpbf16ps; with AMX the kernel is used only if calibration matches its sums.
   const bool expect_kernel = dnnl_get_effective_cpu_isa() == dnnl_cpu_isa_avx512_core_bf16;
   std::uint64_t seed = 180;
   for (const Shape& shape : shapes)
@@ -258,7 +259,7 @@ TEST_CASE("Linear's bf16 one-row kernel gives oneDNN's bits for every shape and 
       const Tensor b = random_tensor({shape.out}, seed++);
       const Tensor x = random_tensor({5, shape.in}, seed++);
       const Linear linear(w, b, {.activation = activation, .compute = DType::bf16});
-      CHECK(linear.streams_one_row() == expect_kernel);
+      if (expect_kernel) CHECK(linear.streams_one_row());
       Tensor all;
       linear.forward(x, all);  // five rows: oneDNN's matmul
       CHECK(relative_error(all, reference_linear(x, w.to_f32(), b, activation)) < 1e-2);
