@@ -4,6 +4,7 @@
 
 #include "masque/error.hpp"
 #include "masque/ops.hpp"
+#include "numerics/parallel.hpp"
 #include "numerics/simd.hpp"
 #include "numerics/tensor_checks.hpp"
 
@@ -123,8 +124,11 @@ void swiglu_fused(const Tensor& gate_up, Tensor& out) {
   resize_f32(out, std::move(shape));
   const float* in = gate_up.f32();
   float* o = out.f32();
-  for (std::int64_t r = 0; r < rows; ++r)
-    swiglu_loop(in + r * width, in + r * width + n, o + r * n, n);
+  // A prefill's rows (a memory-bound loop, but exp costs) on the intra-op threads.
+  numerics::parallel_range(rows, 10.0 * rows * n, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t r = begin; r < end; ++r)
+      swiglu_loop(in + r * width, in + r * width + n, o + r * n, n);
+  });
 }
 
 }  // namespace masque

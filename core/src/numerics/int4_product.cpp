@@ -3,6 +3,7 @@
 #include "numerics/int4_product.hpp"
 
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <bit>
@@ -530,21 +531,32 @@ void Int4Product::run(Int4Kernel kernel, const std::int8_t* qx, const float* sx,
     throw RuntimeError("int4: this CPU cannot run the " + std::string(kernel_name(kernel)) +
                        " kernel");
   thread_local std::vector<std::int32_t> offsets;  // kept between calls
-  offsets.resize(static_cast<std::size_t>(rows * (in_ / group_)));
-  if (kernel != Int4Kernel::portable) group_offsets(qx, rows, in_, group_, offsets.data());
-  const std::int32_t* o = offsets.data();  // the calling thread's: the workers' are others
+  const std::int64_t groups = in_ / group_;
+  offsets.resize(static_cast<std::size_t>(rows * groups));
+  std::int32_t* o = offsets.data();  // the calling thread's: the workers' are others
   // Few rows stream the weights (memory-bound): a second thread pays for large layers only.
   const double work = 2.0 * rows * in_ * out_ / 4.0;
   const int threads = rows < 16 ? (bytes() >= (1u << 19) ? thread_count() : 1) : threads_for(work);
-  // Each thread a contiguous range of tiles: its weights are one stretch of memory.
   const std::int64_t tiles_total = (out_ + kTile - 1) / kTile;
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-  for (int part = 0; part < threads; ++part)
-    tiles(kernel, qx, o, sx, rows, tiles_total * part / threads, tiles_total * (part + 1) / threads,
-          y);
-  if (!bias_.empty())
-    for (std::int64_t m = 0; m < rows; ++m)
-      for (std::int64_t n = 0; n < out_; ++n) y[m * out_ + n] += bias_[n];
+  // One parallel region: each thread sums the group offsets of a range of rows, then (after
+  // the barrier) computes a contiguous range of tiles, its weights one stretch of memory, and
+  // adds the bias to its own columns.
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const std::int64_t part = omp_get_thread_num(), parts = omp_get_num_threads();
+    if (kernel != Int4Kernel::portable) {
+      const std::int64_t m0 = rows * part / parts, m1 = rows * (part + 1) / parts;
+      group_offsets(qx + m0 * in_, m1 - m0, in_, group_, o + m0 * groups);
+    }
+#pragma omp barrier
+    const std::int64_t t0 = tiles_total * part / parts, t1 = tiles_total * (part + 1) / parts;
+    tiles(kernel, qx, o, sx, rows, t0, t1, y);
+    if (!bias_.empty()) {
+      const std::int64_t n0 = t0 * kTile, n1 = std::min(out_, t1 * kTile);
+      for (std::int64_t m = 0; m < rows; ++m)
+        for (std::int64_t n = n0; n < n1; ++n) y[m * out_ + n] += bias_[n];
+    }
+  }
   if (activation_ != Activation::none) {
     Tensor view = Tensor::view(y, {rows, out_}, DType::f32);
     activate(activation_, view);

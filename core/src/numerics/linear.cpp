@@ -1082,11 +1082,16 @@ std::pair<const std::int8_t*, const float*> Linear::Impl::to_s8(const float* x,
   thread_local std::vector<float> scales;
   if (buffer.size() < static_cast<std::size_t>(rows * in)) buffer.resize(rows * in);
   if (scales.size() < static_cast<std::size_t>(rows)) scales.resize(rows);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    scales[r] = int8_scale(x + r * in, in, kRowLevels);
-    quantize_s8(x + r * in, in, scales[r], kRowLevels, buffer.data() + r * in);
-  }
-  return {buffer.data(), scales.data()};
+  // The calling thread's buffers, filled by the intra-op threads a range of rows each.
+  std::int8_t* q = buffer.data();
+  float* s = scales.data();
+  numerics::parallel_range(rows, 4.0 * rows * in, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t r = begin; r < end; ++r) {
+      s[r] = int8_scale(x + r * in, in, kRowLevels);
+      quantize_s8(x + r * in, in, s[r], kRowLevels, q + r * in);
+    }
+  });
+  return {q, s};
 }
 
 void Linear::forward(const float* x, std::int64_t rows, float* y) const {

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "masque/error.hpp"
+#include "numerics/parallel.hpp"
 #include "numerics/simd.hpp"
 #include "numerics/tensor_checks.hpp"
-#include "parallel_range.hpp"
 
 namespace masque::train {
 
@@ -98,7 +98,7 @@ void norm_rows(std::int64_t rows, std::int64_t n, bool with_bias, std::vector<do
   const std::int64_t blocks = (rows + kNormBlock - 1) / kNormBlock;
   std::vector<double> pw(static_cast<std::size_t>(blocks * n), 0.0);
   std::vector<double> pb(with_bias ? static_cast<std::size_t>(blocks * n) : 0, 0.0);
-  parallel_range(blocks, 12.0 * rows * n, [&](std::int64_t b0, std::int64_t b1) {
+  numerics::parallel_range(blocks, 12.0 * rows * n, [&](std::int64_t b0, std::int64_t b1) {
     for (std::int64_t b = b0; b < b1; ++b)
       for (std::int64_t r = b * kNormBlock; r < std::min(rows, (b + 1) * kNormBlock); ++r)
         row(r, pw.data() + b * n, with_bias ? pb.data() + b * n : nullptr);
@@ -283,7 +283,7 @@ void activation_backward(Activation activation, const Tensor& x, const Tensor& d
     if (&dx != &dy) std::memcpy(pdx, pdy, dy.bytes());
     return;
   }
-  parallel_range(x.numel(), 30.0 * x.numel(), [&](std::int64_t b, std::int64_t e) {
+  numerics::parallel_range(x.numel(), 30.0 * x.numel(), [&](std::int64_t b, std::int64_t e) {
     switch (activation) {
       case Activation::relu:
         return slope_times<Activation::relu>(px + b, pdy + b, e - b, pdx + b);

@@ -16,8 +16,8 @@
 #include "masque/error.hpp"
 #include "masque/threading.hpp"
 #include "numerics/dnnl_context.hpp"
+#include "numerics/parallel.hpp"
 #include "numerics/simd.hpp"
-#include "parallel_range.hpp"
 
 namespace masque::train {
 
@@ -96,7 +96,7 @@ MASQUE_VECTORIZE void add_column_sums_range(const float* __restrict dy, std::int
 
 // Columns split over the intra-op threads; every column still sums its rows in order.
 void add_column_sums(const float* dy, std::int64_t rows, std::int64_t n, float* db) {
-  parallel_range(n, 2.0 * rows * n, [&](std::int64_t begin, std::int64_t end) {
+  numerics::parallel_range(n, 2.0 * rows * n, [&](std::int64_t begin, std::int64_t end) {
     add_column_sums_range(dy, rows, n, begin, end, db);
   });
 }

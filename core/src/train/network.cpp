@@ -16,8 +16,8 @@
 #include "masque/train/objective.hpp"
 #include "masque/transformer/model.hpp"
 #include "masque/transformer/network.hpp"
+#include "numerics/parallel.hpp"
 #include "numerics/simd.hpp"
-#include "parallel_range.hpp"
 
 namespace masque::train {
 
@@ -126,7 +126,7 @@ MASQUE_VECTORIZE void add_range(const float* a, const float* b, std::int64_t n, 
 }
 
 void add_into(const float* a, const float* b, std::int64_t n, float* out) {
-  parallel_range(n, 2.0 * n, [&](std::int64_t begin, std::int64_t end) {
+  numerics::parallel_range(n, 2.0 * n, [&](std::int64_t begin, std::int64_t end) {
     add_range(a + begin, b + begin, end - begin, out + begin);
   });
 }
@@ -224,7 +224,7 @@ struct RowDropout {
   void apply(Tensor& x) const {
     if (!active()) return;
     const std::int64_t width = x.dim(-1), rows = x.numel() / width;
-    parallel_range(rows, 8.0 * rows * width, [&](std::int64_t begin, std::int64_t end) {
+    numerics::parallel_range(rows, 8.0 * rows * width, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t i = begin; i < end; ++i) {
         const std::int32_t flat = pack->rows[static_cast<std::size_t>(i)];
         const DropoutKey key =

@@ -12,7 +12,6 @@
 #include "masque/threading.hpp"
 #include "numerics/parallel.hpp"
 #include "numerics/simd.hpp"
-#include "parallel_range.hpp"
 
 namespace masque::train {
 
@@ -95,10 +94,11 @@ void AdamW::step(std::span<const Parameter> params, double lr, float grad_scale)
     const Parameter& p = params[i];
     const auto decay = static_cast<float>(p.decay ? 1.0 - lr * options_.weight_decay : 1.0);
     float *m = m_[i].data(), *v = v_[i].data();
-    parallel_range(p.size, 12.0 * static_cast<double>(p.size), [&](std::int64_t b, std::int64_t e) {
-      adamw_update(p.value + b, p.grad + b, m + b, v + b, e - b, grad_scale, decay, beta1, beta2,
-                   step_size, bc2_sqrt, eps);
-    });
+    numerics::parallel_range(
+        p.size, 12.0 * static_cast<double>(p.size), [&](std::int64_t b, std::int64_t e) {
+          adamw_update(p.value + b, p.grad + b, m + b, v + b, e - b, grad_scale, decay, beta1,
+                       beta2, step_size, bc2_sqrt, eps);
+        });
   }
 }
 
