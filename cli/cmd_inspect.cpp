@@ -17,11 +17,11 @@
 #include "masque/error.hpp"
 #include "masque/model.hpp"
 #include "masque/tokenizer.hpp"
-#include "masque/tokenizer_files.hpp"
 #include "masque/transformer/model.hpp"
 #include "masque/transformer/quantized_folder.hpp"
 #include "model_folder.hpp"
 #include "tasks/task.hpp"
+#include "tokenizer_files.hpp"
 
 namespace masque::cli {
 
@@ -139,7 +139,7 @@ json weights_json(const fs::path& dir) {
 
 // The tokenizer the folder's files name, created, or null (with the reason in `j`).
 std::unique_ptr<Tokenizer> open_tokenizer(const fs::path& dir, const Registry& registry, json& j) {
-  const auto sections = tok::pick_tokenizer_sections(dir);
+  const auto sections = tok::pick_tokenizer_sections(registry, dir);
   if (sections.empty()) {
     j = {{"error", "no tokenizer files in " + dir.string() + " (use --tokenizer DIR)"}};
     return nullptr;
@@ -151,7 +151,7 @@ std::unique_ptr<Tokenizer> open_tokenizer(const fs::path& dir, const Registry& r
   std::unique_ptr<Plugin> plugin = registry.create(entry, params);
   auto tokenizer = std::unique_ptr<Tokenizer>(static_cast<Tokenizer*>(plugin.release()));
   j = {{"plugin", s.plugin},
-       {"files", s.file.empty() ? tok::pick_tokenizer(dir)->file : s.file},
+       {"files", s.file.empty() ? tok::pick_tokenizer(registry, dir)->file : s.file},
        {"vocab_size", tokenizer->vocab_size()}};
   if (sections.size() > 1) j["target_files"] = sections[1].file;
   return tokenizer;

@@ -80,6 +80,75 @@ nlohmann::ordered_json params_json(const ParamSpec* params, std::size_t count) {
   return arr;
 }
 
+// What the plugin declares about itself (the traits of masque/plugin.hpp), as JSON; null when
+// it declares nothing.
+nlohmann::ordered_json traits_json(const PluginDescriptor& d) {
+  nlohmann::ordered_json j;
+  auto text = [](const char* s) {
+    return s ? nlohmann::ordered_json(s) : nlohmann::ordered_json();
+  };
+  if (const ModelTraits* m = d.model) {
+    j["trainable"] = m->trainable;
+    j["dropout_keys"] = {{"embedding", text(m->embedding_dropout)},
+                         {"residual", text(m->residual_dropout)},
+                         {"attention", text(m->attention_dropout)},
+                         {"activation", text(m->activation_dropout)}};
+  }
+  if (const TokenizerTraits* t = d.tokenizer) {
+    auto reads = nlohmann::ordered_json::array();
+    for (std::uint32_t i = 0; i < t->num_reads; ++i)
+      reads.push_back({{"files", t->reads[i].files},
+                       {"param", t->reads[i].param},
+                       {"names_file", t->reads[i].names_file},
+                       {"section", t->reads[i].section}});
+    j["reads"] = reads;
+    j["preference"] = t->preference;
+    j["carries"] = t->carries;
+    j["saved_settings"] = t->saved_settings;
+    j["config_class"] = t->config_class;
+  }
+  if (const DecoderTraits* dt = d.decoder) {
+    j["default"] = dt->is_default;
+    j["streams"] = dt->streams;
+    j["chosen_by"] = text(dt->chosen_by);
+  }
+  return j;
+}
+
+// The same as lines of `masque plugins NAME`.
+void print_traits(const PluginDescriptor& d) {
+  if (const ModelTraits* m = d.model) {
+    std::cout << "  trains       " << (m->trainable ? "yes (masque train)" : "no") << "\n";
+    std::string keys;
+    for (const auto& [place, key] : {std::pair{"embeddings", m->embedding_dropout},
+                                     {"residual", m->residual_dropout},
+                                     {"attention", m->attention_dropout},
+                                     {"activation", m->activation_dropout}})
+      if (key) keys += (keys.empty() ? "" : ", ") + std::string(place) + " " + key;
+    if (!keys.empty()) std::cout << "  dropout      config.json " << keys << "\n";
+  }
+  if (const TokenizerTraits* t = d.tokenizer) {
+    for (std::uint32_t i = 0; i < t->num_reads; ++i) {
+      const TokenizerFolderFiles& r = t->reads[i];
+      std::cout << "  reads        " << r.files << " in a folder (" << r.section << "." << r.param
+                << (r.names_file ? ": the file" : ": the folder") << ", preference "
+                << t->preference << ")\n";
+    }
+    if (*t->carries) std::cout << "  carries      " << t->carries << "\n";
+    if (*t->saved_settings)
+      std::cout << "  saves        tokenizer_config.json " << t->saved_settings
+                << (*t->config_class ? std::string(" (") + t->config_class + ")" : "") << "\n";
+  }
+  if (const DecoderTraits* dt = d.decoder) {
+    if (dt->is_default)
+      std::cout << "  default      the decoder a section without a plugin takes\n";
+    std::cout << "  streams      " << (dt->streams ? "yes (masque run --stream)" : "no") << "\n";
+    if (dt->chosen_by)
+      std::cout << "  chosen by    generation_config.json with " << dt->chosen_by
+                << " (masque run --model DIR)\n";
+  }
+}
+
 nlohmann::ordered_json plugin_json(const PluginEntry& e) {
   const PluginDescriptor& d = *e.descriptor;
   nlohmann::ordered_json j;
@@ -92,6 +161,7 @@ nlohmann::ordered_json plugin_json(const PluginEntry& e) {
   j["abi"] = std::to_string(d.abi_major) + "." + std::to_string(d.abi_minor);
   j["fingerprint"] = d.fingerprint ? d.fingerprint : "";
   if (const char* match = folder_match(e)) j["serves_folders"] = match;
+  if (auto traits = traits_json(d); !traits.is_null()) j["declares"] = traits;
   j["parameters"] = params_json(d.params, d.num_params);
   return j;
 }
@@ -108,6 +178,7 @@ void print_plugin(const PluginEntry& e) {
   if (const char* match = folder_match(e))
     std::cout << "  serves       model folders whose config.json has " << match
               << " (masque run --model DIR)\n";
+  print_traits(d);
   print_params(d.params, d.num_params);
 }
 
@@ -130,8 +201,11 @@ int kind_order(PluginKind k) {
 const char* kHelp = R"(Usage: masque plugins [NAME | KIND/NAME] [--json] [--paths]
 
 Without NAME: a table of every plugin found (kind, name, version, description), grouped by kind.
-With NAME: the plugin's file, version, license and every parameter with its type, default,
-range and meaning.
+With NAME: the plugin's file, version, license, what it declares about itself (the model
+folders it serves; whether masque train trains it and its dropout keys; the folder files a
+tokenizer reads, carries and saves; whether a decoder is the default, streams, and which
+generation_config.json asks for it) and every parameter with its type, default, range and
+meaning.
 
 Plugins are searched in <masque>/../lib/masque/plugins, then in every absolute directory of
 MASQUE_PLUGIN_PATH (':'-separated). Broken plugin files are reported on stderr (exit code 2).
@@ -247,13 +321,13 @@ std::string join(const std::vector<std::string>& items) {
   for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
   return out;
 }
-nlohmann::ordered_json task_json(const TaskSpec& t) {
+nlohmann::ordered_json task_json(const TaskSpec& t, const Registry& registry) {
   nlohmann::ordered_json j;
   j["name"] = t.name;
   j["description"] = t.description;
   j["required_sections"] = t.required_sections;
   j["optional_sections"] = t.optional_sections;
-  j["default_plugins"] = t.default_plugins;
+  j["default_plugins"] = section_defaults(t, registry);
   j["parameters"] = params_json(t.params.data(), t.params.size());
   j["model_kinds"] = model_kinds(t);
   j["held_masks"] = t.held_masks;
@@ -293,6 +367,8 @@ Examples:
     return kExitOk;
   }
   // The run tasks, and `train` (the task of `masque train` pipelines).
+  // The plugins a section takes by default: the task's own and those a plugin declares.
+  auto registry = open_registry(true);
   std::vector<TaskSpec> catalog = task_specs();
   catalog.push_back(train::train_task_spec());
   if (vm.count("name")) {
@@ -300,15 +376,16 @@ Examples:
     for (const auto& t : catalog) {
       if (t.name != name) continue;
       if (vm["json"].as<bool>()) {
-        std::cout << task_json(t).dump(2) << "\n";
+        std::cout << task_json(t, *registry).dump(2) << "\n";
         return kExitOk;
       }
       std::cout << "task '" << t.name << "'\n" << wrap(t.description, 2);
       std::string req, opt;
+      const auto defaults = section_defaults(t, *registry);
       for (const auto& s : t.required_sections) {
-        auto d = t.default_plugins.find(s);
+        auto d = defaults.find(s);
         req += (req.empty() ? "" : ", ") + s +
-               (d != t.default_plugins.end() ? " (default " + d->second + ")" : "");
+               (d != defaults.end() ? " (default " + d->second + ")" : "");
       }
       for (const auto& s : t.optional_sections) opt += (opt.empty() ? "" : ", ") + s;
       std::cout << "  sections     " << req << (opt.empty() ? "" : "; optional: " + opt) << "\n";
@@ -328,7 +405,7 @@ Examples:
   if (vm["json"].as<bool>()) {
     nlohmann::ordered_json j;
     j["tasks"] = nlohmann::ordered_json::array();
-    for (const auto& t : catalog) j["tasks"].push_back(task_json(t));
+    for (const auto& t : catalog) j["tasks"].push_back(task_json(t, *registry));
     j["run_settings"] = params_json(run.data(), run.size());
     std::cout << j.dump(2) << "\n";
     return kExitOk;

@@ -103,20 +103,26 @@ Pipeline load_run_pipeline(const po::variables_map& vm, Registry& registry) {
 }
 
 // --stream writes the text of one hypothesis per record as the decoder chooses its tokens.
-void check_stream(const Pipeline& pipeline, const po::variables_map& vm) {
+void check_stream(const Pipeline& pipeline, const Registry& registry, const po::variables_map& vm) {
   if (pipeline.task != "lm-generate" && pipeline.task != "seq2seq")
     throw ConfigError("--stream: the task '" + pipeline.task +
                       "' generates no text; --stream is for lm-generate and seq2seq");
   if (vm["format"].as<std::string>() != "text")
     throw ConfigError("--stream needs --format text (a JSON record is written whole)");
   const PluginConfig& decoder = pipeline.at("decoder");
-  const std::string name = decoder.entry->descriptor->name;
-  if ((name != "greedy" && name != "sample") ||
-      (decoder.params.has("num_hypotheses") && decoder.params.get_int("num_hypotheses") != 1))
-    throw ConfigError(
-        "--stream needs a decoder that keeps one hypothesis (greedy, or sample "
-        "with num_hypotheses 1); '" +
-        name + "' settles its tokens only at the end");
+  const PluginDescriptor& d = *decoder.entry->descriptor;
+  if (!d.decoder || !d.decoder->streams ||
+      (decoder.params.has("num_hypotheses") && decoder.params.get_int("num_hypotheses") != 1)) {
+    std::string streaming;
+    for (const auto& p : registry.plugins())
+      if (p.descriptor->kind == PluginKind::decoder && p.descriptor->decoder &&
+          p.descriptor->decoder->streams)
+        streaming += (streaming.empty() ? "" : ", ") + std::string(p.descriptor->name);
+    throw ConfigError("--stream needs a decoder that keeps one hypothesis (" +
+                      (streaming.empty() ? std::string("none installed") : streaming) +
+                      ", with num_hypotheses 1); '" + d.name +
+                      "' settles its tokens only at the end");
+  }
   if (vm.count("shard") || dist::launched_by_mpi())
     throw ConfigError("--stream writes one output as it goes: not with --shard or mpirun");
   // Both replay the chosen tokens after the search (and replace_unknowns rewrites them).
@@ -187,7 +193,7 @@ int cmd_run(int argc, char** argv) {
   }
   static StreamSink stream;
   if (vm["stream"].as<bool>()) {
-    check_stream(pipeline, vm);
+    check_stream(pipeline, *registry, vm);
     StreamSink::install(&stream);
   }
   if (vm.count("shard"))

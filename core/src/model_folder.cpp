@@ -1,6 +1,7 @@
 #include "model_folder.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 #include <sstream>
 
@@ -10,8 +11,8 @@
 #include "io/read_file.hpp"
 #include "masque/error.hpp"
 #include "masque/folder_match.hpp"
-#include "masque/tokenizer_files.hpp"
 #include "sentence_transformers.hpp"
+#include "tokenizer_files.hpp"
 
 namespace masque {
 
@@ -110,22 +111,61 @@ const ParamSpec* find_param(const PluginDescriptor& d, const std::string& name) 
   return nullptr;
 }
 
-// The decoder section from generation_config.json: beam search for num_beams > 1, sampling for
-// do_sample, else the task's default decoder; the settings Hugging Face's generate() reads
-// that the chosen decoder declares too. "" when the file says nothing the decoder takes.
+// Whether generation_config.json `g` holds every condition of a decoder's
+// DecoderTraits::chosen_by: `key=value`, `key!=value`, `key>N` (masque/plugin.hpp).
+bool generation_asks_for(const json& g, const char* chosen_by) {
+  if (!chosen_by || !*chosen_by) return false;
+  std::stringstream ss(chosen_by);
+  std::string condition;
+  while (std::getline(ss, condition, ';')) {
+    const auto op = condition.find_first_of("!=>");
+    if (op == std::string::npos || op == 0) return false;
+    const std::string key = condition.substr(0, op);
+    const bool negated = condition[op] == '!';
+    const bool above = condition[op] == '>';
+    const std::string value = condition.substr(op + (negated ? 2 : 1));
+    const auto it = g.find(key);
+    bool holds = false;
+    if (it != g.end()) {
+      if (above) {
+        holds = it->is_number_integer() &&
+                it->get<std::int64_t>() > std::strtoll(value.c_str(), nullptr, 10);
+      } else if (value == "true" || value == "false") {
+        holds = it->is_boolean() && it->get<bool>() == (value == "true");
+      } else {
+        holds = it->is_string() ? it->get<std::string>() == value : it->dump() == value;
+      }
+    }
+    if (holds == negated) return false;
+  }
+  return true;
+}
+
+// The decoder section from generation_config.json: the decoder whose declared chosen_by the file
+// meets (beam search for num_beams > 1, sampling for do_sample), else the task's default
+// decoder; the settings Hugging Face's generate() reads that the chosen decoder declares too.
+// "" when the file says nothing the decoder takes.
 std::string decoder_section(const fs::path& dir, const TaskSpec& task, const Registry& registry) {
   std::error_code ec;
   const fs::path file = dir / "generation_config.json";
   if (!fs::is_regular_file(file, ec)) return "";
   const json g = parse_json_file(file);
   if (!g.is_object()) throw ConfigError(file.string() + ": expected a JSON object");
-  const auto def = task.default_plugins.find("decoder");
-  const std::string default_plugin = def != task.default_plugins.end() ? def->second : "greedy";
-  const bool beams = g.contains("num_beams") && g["num_beams"].is_number_integer() &&
-                     g["num_beams"].get<int>() > 1;
-  const bool sample =
-      g.contains("do_sample") && g["do_sample"].is_boolean() && g["do_sample"].get<bool>();
-  const std::string plugin = sample ? "sample" : beams ? "beam" : default_plugin;
+  const auto defaults = section_defaults(task, registry);
+  const auto def = defaults.find("decoder");
+  const std::string default_plugin = def != defaults.end() ? def->second : "";
+  std::string plugin;
+  for (const auto& p : registry.plugins()) {
+    if (p.descriptor->kind != PluginKind::decoder || !p.descriptor->decoder ||
+        !generation_asks_for(g, p.descriptor->decoder->chosen_by))
+      continue;
+    if (!plugin.empty() && plugin != p.descriptor->name)
+      throw ConfigError(file.string() + ": asks for two decoders, " + plugin + " and " +
+                        p.descriptor->name + "; name one with --set decoder.plugin=NAME");
+    plugin = p.descriptor->name;
+  }
+  if (plugin.empty()) plugin = default_plugin;
+  if (plugin.empty()) return "";
   const PluginDescriptor& d = *registry.find(PluginKind::decoder, plugin).descriptor;
   // Hugging Face name -> masque decoder parameter.
   static const std::pair<const char*, const char*> kKeys[] = {
@@ -150,20 +190,19 @@ std::string decoder_section(const fs::path& dir, const TaskSpec& task, const Reg
   return "decoder:  # from " + file.string() + "\n  plugin: " + plugin + "\n" + settings;
 }
 
-std::string tokenizer_sections(const FolderRequest& request, const TaskSpec& task) {
+std::string tokenizer_sections(const FolderRequest& request, const TaskSpec& task,
+                               const Registry& registry) {
   const fs::path dir = request.tokenizer_dir.empty() ? request.model_dir : request.tokenizer_dir;
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw ConfigError("--tokenizer: " + dir.string() + " is not a directory");
-  const auto sections = tok::pick_tokenizer_sections(dir);
+  const auto sections = tok::pick_tokenizer_sections(registry, dir);
   if (sections.empty())
-    throw ConfigError(
-        dir.string() + ": no tokenizer files (found: " + listing(dir) +
-        "); a tokenizer is named by tokenizer.json (tokenizer-json), tokenizer.model "
-        "(sentencepiece), vocab.json + merges.txt (bpe), vocab.txt (wordpiece) or "
-        "source_vocab.txt [+ target_vocab.txt] (vocab); give a folder that has one with "
-        "--tokenizer DIR, or (masque run) name one with --set tokenizer.plugin=NAME and its "
-        "parameters (--set tokenizer.vocab=FILE)");
+    throw ConfigError(dir.string() + ": no tokenizer files (found: " + listing(dir) +
+                      "); a tokenizer is named by " + tok::tokenizer_files_text(registry) +
+                      "; give a folder that has one with --tokenizer DIR, or (masque run) name "
+                      "one with --set tokenizer.plugin=NAME and its parameters (--set "
+                      "tokenizer.vocab=FILE)");
   std::string text;
   for (const auto& s : sections) {
     if (!uses_section(task, s.section)) continue;
@@ -261,7 +300,7 @@ std::string folder_pipeline_yaml(const FolderRequest& request, const Registry& r
     r.model_dir = dir;
     if (!r.tokenizer_dir.empty())
       r.tokenizer_dir = fs::absolute(r.tokenizer_dir).lexically_normal();
-    yaml += tokenizer_sections(r, task);
+    yaml += tokenizer_sections(r, task, registry);
   }
   if (uses_section(task, "decoder")) yaml += decoder_section(dir, task, registry);
   return yaml;

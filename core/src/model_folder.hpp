@@ -1,7 +1,7 @@
 // Pipelines built from a model folder as it is (`masque run --task T --model DIR`,
 // `masque inspect DIR`): the model plugin is the one whose descriptor says it serves the
 // folder's config.json (masque/folder_match.hpp), the tokenizer follows the files present
-// (masque/tokenizer_files.hpp), the mask is the task's default and the decoder takes the
+// (tokenizer_files.hpp: what the tokenizer plugins declare), the mask is the task's default and the decoder takes the
 // folder's generation_config.json. The result is pipeline YAML, loaded like any pipeline file,
 // so --dump-config prints a file that runs unchanged.
 #pragma once

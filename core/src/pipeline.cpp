@@ -13,8 +13,8 @@
 #include "io/bounded_yaml.hpp"
 #include "io/read_file.hpp"
 #include "masque/error.hpp"
-#include "masque/tokenizer_files.hpp"
 #include "run/settings.hpp"
+#include "tokenizer_files.hpp"
 
 namespace masque {
 
@@ -496,17 +496,27 @@ class Loader {
     if (it != sections_.end()) sections_.erase(it);
   }
 
+  // The plugin a section of `task` takes when it names none, and where that comes from.
+  std::optional<RawValue> default_plugin(const TaskSpec& task, const std::string& name) const {
+    const auto defaults = section_defaults(task, registry_);
+    const auto def = defaults.find(name);
+    if (def == defaults.end()) return std::nullopt;
+    const std::string where =
+        task.default_plugins.count(name)
+            ? "default of task '" + task.name + "'"
+            : std::string("the default ") + to_string(find_section_kind(name)->kind);
+    return RawValue{YAML::Node(def->second), where, {}};
+  }
+
   void add_default_sections(const TaskSpec* task) {
     if (!task) return;
     for (const auto& name : task->required_sections) {
       auto it = sections_.find(name);
       if (it != sections_.end() && it->second.plugin) continue;
-      auto def = task->default_plugins.find(name);
-      if (def != task->default_plugins.end()) {
+      if (auto def = default_plugin(*task, name)) {
         RawSection& section = sections_[name];
         if (section.where.empty()) section.where = source_.name;
-        section.plugin =
-            RawValue{YAML::Node(def->second), "default of task '" + task->name + "'", {}};
+        section.plugin = std::move(*def);
       } else if (it == sections_.end()) {
         error(source_.name + ": the task '" + task->name + "' needs a '" + name + ":' section");
       }
@@ -519,18 +529,16 @@ class Loader {
     }
   }
 
-  // A tokenizer section with a folder and no plugin: the folder's files decide
-  // (masque/tokenizer_files.hpp). False after an error.
+  // A tokenizer section with a folder and no plugin: the folder's files decide, by what the
+  // tokenizer plugins declare they read (tokenizer_files.hpp). False after an error.
   bool pick_tokenizer_plugin(const std::string& name, RawSection& section) {
     const RawValue* path = section.find("path");
     if (!path || !path->node.IsScalar()) return true;
     const fs::path folder = path->base_dir / expand_env(path->node.Scalar());
-    const auto choice = tok::pick_tokenizer(folder);
+    const auto choice = tok::pick_tokenizer(registry_, folder);
     if (!choice) {
       error(path->where + ": " + name + ": no 'plugin:' given, and " + folder.string() +
-            " has none of the files that name one: tokenizer.json (tokenizer-json), "
-            "tokenizer.model (sentencepiece), vocab.json + merges.txt (bpe), vocab.txt "
-            "(wordpiece)");
+            " has none of the files that name one: " + tok::tokenizer_files_text(registry_));
       return false;
     }
     section.plugin = RawValue{
@@ -654,6 +662,18 @@ class Loader {
 };
 
 }  // namespace
+
+std::map<std::string, std::string> section_defaults(const TaskSpec& task,
+                                                    const Registry& registry) {
+  std::map<std::string, std::string> defaults = task.default_plugins;
+  for (const auto& name : task.required_sections) {
+    const SectionKind* kind = find_section_kind(name);
+    if (defaults.count(name) || !kind) continue;
+    if (const PluginEntry* entry = registry.default_plugin(kind->kind))
+      defaults.emplace(name, entry->descriptor->name);
+  }
+  return defaults;
+}
 
 namespace {
 

@@ -24,14 +24,19 @@ struct TaskSpec {
   std::map<std::string, std::string> default_plugins;  // section -> plugin when not given
   // The model kinds the task runs (empty = any): another kind is a ConfigError at start.
   std::vector<ModelKind> model_kinds{};
-  // Mask strategies the task holds besides the pipeline's `mask` (plugin names, e.g.
-  // "bidirectional" for context every token sees), created by the plugin host like any
+  // Mask strategies the task holds besides the pipeline's `mask` (plugin names: the attention
+  // rule the task computes, e.g. context every token sees), created by the plugin host like any
   // pipeline-named plugin, with their default parameters.
   std::vector<std::string> held_masks{};
 };
 
-// "decoder-only", "encoder-only", "encoder-decoder".
+// The name of a model kind (decoder-only, encoder-only, encoder-decoder).
 const char* model_kind_name(ModelKind kind);
+
+// The plugin each section of `task` takes when the pipeline names none: the task's own
+// default_plugins and, for a section the task requires, the plugin that declares itself the
+// default of the section's kind (DecoderTraits::is_default).
+std::map<std::string, std::string> section_defaults(const TaskSpec& task, const Registry& registry);
 
 // The pipeline sections and the plugin kind each one holds.
 struct SectionKind {

@@ -52,6 +52,41 @@ std::string version_text(unsigned major, unsigned minor) {
   return std::to_string(major) + "." + std::to_string(minor);
 }
 
+bool declares_param(const PluginDescriptor& d, const char* name) {
+  for (std::uint32_t i = 0; i < d.num_params; ++i)
+    if (std::string_view(d.params[i].name) == name) return true;
+  return false;
+}
+
+// What a descriptor declares about itself must fit its kind and its parameters: the host acts
+// on it without asking again.
+std::string check_traits(const PluginDescriptor& d, const fs::path& file) {
+  const std::string where = file.string() + ": ";
+  if ((d.model && d.kind != PluginKind::model) ||
+      (d.tokenizer && d.kind != PluginKind::tokenizer) ||
+      (d.decoder && d.kind != PluginKind::decoder))
+    return where + "the descriptor declares traits of another plugin kind than its own";
+  if (d.model && d.model->trainable && !declares_param(d, "init_seed"))
+    return where + "a trainable model plugin must declare the init_seed parameter";
+  if (const TokenizerTraits* t = d.tokenizer) {
+    if (t->num_reads && !t->reads) return where + "the tokenizer declares file sets but no list";
+    for (std::uint32_t i = 0; i < t->num_reads; ++i) {
+      const TokenizerFolderFiles& r = t->reads[i];
+      if (!r.files || !*r.files || !r.param || !r.section)
+        return where + "file set " + std::to_string(i) + " of the tokenizer is incomplete";
+      if (!declares_param(d, r.param))
+        return where + "file set '" + r.files + "' names the undeclared parameter '" + r.param +
+               "'";
+      if (std::string_view(r.section) != "tokenizer" &&
+          std::string_view(r.section) != "target_tokenizer")
+        return where + "file set '" + r.files + "' fills the unknown section '" + r.section + "'";
+    }
+    if (!t->carries || !t->saved_settings || !t->config_class)
+      return where + "the tokenizer traits have a null text (use \"\")";
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string PluginEntry::key() const {
@@ -75,7 +110,7 @@ std::string check_descriptor(const PluginDescriptor& d, const fs::path& file) {
   for (std::uint32_t i = 0; i < d.num_params; ++i)
     if (!d.params || !d.params[i].name)
       return file.string() + ": parameter " + std::to_string(i) + " of the descriptor has no name";
-  return "";
+  return check_traits(d, file);
 }
 
 std::vector<fs::path> Registry::default_dirs(std::vector<std::string>* warnings) {
@@ -213,6 +248,19 @@ const PluginEntry& Registry::find(PluginKind kind, std::string_view name) const 
                       "'; available: " + (available.empty() ? "(none)" : available));
   }
   return *matches.front();
+}
+
+const PluginEntry* Registry::default_plugin(PluginKind kind) const {
+  std::vector<const PluginEntry*> defaults;
+  for (const auto& p : plugins_)
+    if (p.descriptor->kind == kind && kind == PluginKind::decoder && p.descriptor->decoder &&
+        p.descriptor->decoder->is_default)
+      defaults.push_back(&p);
+  if (defaults.size() > 1)
+    throw ConfigError("two " + std::string(to_string(kind)) +
+                      " plugins declare themselves the default: " + defaults[0]->file.string() +
+                      " and " + defaults[1]->file.string() + "; name one in the pipeline");
+  return defaults.empty() ? nullptr : defaults.front();
 }
 
 std::vector<const PluginEntry*> Registry::find_any(std::string_view name) const {

@@ -50,6 +50,9 @@ class Registry {
   // All plugins of any kind with that name (for `masque plugins NAME`).
   std::vector<const PluginEntry*> find_any(std::string_view name) const;
   std::vector<std::string> names(PluginKind kind) const;
+  // The plugin of `kind` a section that names none takes: the decoder that declares itself the
+  // default (DecoderTraits::is_default), or null. ConfigError when two installed ones do.
+  const PluginEntry* default_plugin(PluginKind kind) const;
 
   // Creates the plugin and checks that it is of the kind its descriptor says.
   std::unique_ptr<Plugin> create(const PluginEntry& entry, const Params& params) const;

@@ -1,5 +1,5 @@
 // A `tokenizer:` section that names a folder and no plugin: the folder's files pick the plugin
-// (masque/tokenizer_files.hpp), so Hugging Face folders run as they are.
+// (tokenizer_files.hpp: what the tokenizer plugins declare), so Hugging Face folders run as they are.
 #include <catch2/catch.hpp>
 
 #include "test_support.hpp"

@@ -11,6 +11,7 @@
 #include "masque/train/loss.hpp"
 #include "masque/train/network.hpp"
 #include "masque/train/objective.hpp"
+#include "registry.hpp"
 #include "seq2seq_reference.hpp"
 
 using namespace masque;
@@ -157,12 +158,15 @@ TEST_CASE("bart families train: gradients agree with central differences of the 
 
 TEST_CASE("bart families train: dropout rates are read by fairseq's keys",
           "[bart][m2m_100][train]") {
-  for (const char* name : {"bart-tied", "mbart", "nllb"}) {
+  // Each fixture and the plugin that reads it, whose declared keys the rates follow.
+  for (const auto& [name, plugin] : {std::pair{"bart-tied", "bart"}, std::pair{"mbart", "mbart"},
+                                     std::pair{"nllb", "m2m_100"}}) {
     DYNAMIC_SECTION(name) {
       json config = read_json(kFixture / name / "config.json");
       config["attention_dropout"] = 0.25;
       config["activation_dropout"] = 0.125;
-      const train::DropoutRates r = train::dropout_rates_of(config);
+      const train::DropoutRates r = train::dropout_rates_of(
+          *test::build_registry().find(PluginKind::model, plugin).descriptor->model, config);
       CHECK(r.embedding == Approx(0.1));
       CHECK(r.residual == Approx(0.1));
       CHECK(r.attention == Approx(0.25));

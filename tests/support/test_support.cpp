@@ -18,6 +18,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "registry.hpp"
+
 extern char** environ;
 
 namespace masque::test {
@@ -35,6 +37,11 @@ fs::path binary() {
 }
 fs::path plugin_dir() {
   return MASQUE_BUILD_PLUGIN_DIR;
+}
+
+const Registry& build_registry() {
+  static const Registry* registry = new Registry({plugin_dir()});  // plugins stay loaded
+  return *registry;
 }
 
 namespace {

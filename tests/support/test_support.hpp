@@ -10,12 +10,18 @@
 
 #include "masque/model.hpp"
 
+namespace masque {
+class Registry;
+}
+
 namespace masque::test {
 
 std::filesystem::path shared_dir();  // ../shared (models, tokenizers, references)
 std::filesystem::path source_dir();  // the project root
 std::filesystem::path binary();      // the built masque executable
 std::filesystem::path plugin_dir();  // the build's plugin directory
+// The host over the build's plugins, opened once per test process.
+const Registry& build_registry();
 // A fresh, empty scratch directory, private to the running test case (CTest runs the test
 // cases of one file in parallel processes, which must not clear each other's directories).
 std::filesystem::path scratch_dir(const std::string& name);

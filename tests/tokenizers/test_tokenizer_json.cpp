@@ -9,10 +9,10 @@
 #include <thread>
 
 #include "masque/error.hpp"
-#include "masque/tokenizer_files.hpp"
 #include "pretokenizer.hpp"
 #include "regex.hpp"
 #include "tok_test_util.hpp"
+#include "tokenizer_files.hpp"
 
 using namespace masque;
 using namespace masque::test;
@@ -285,20 +285,23 @@ TEST_CASE("tokenizer-json: broken files are configuration errors naming file and
 }
 
 TEST_CASE("tokenizer files: which plugin reads a model folder", "[tokenizer-json]") {
+  // As the built tokenizer plugins declare their files.
+  const Registry& registry = build_registry();
   const auto dir = scratch_dir("tokenizer-pick");
-  CHECK(!tok::pick_tokenizer(dir));
+  CHECK(!tok::pick_tokenizer(registry, dir));
   write_file(dir / "vocab.txt", "[UNK]\n");
-  CHECK(tok::pick_tokenizer(dir)->plugin == "wordpiece");
+  CHECK(tok::pick_tokenizer(registry, dir)->plugin == "wordpiece");
   write_file(dir / "vocab.json", "{}");
-  CHECK(tok::pick_tokenizer(dir)->plugin == "wordpiece");  // vocab.json alone is not BPE
+  CHECK(tok::pick_tokenizer(registry, dir)->plugin == "wordpiece");  // vocab.json alone is not BPE
   write_file(dir / "merges.txt", "#version: 0.2\n");
-  CHECK(tok::pick_tokenizer(dir)->plugin == "bpe");
+  CHECK(tok::pick_tokenizer(registry, dir)->plugin == "bpe");
   write_file(dir / "tokenizer.model", "x");
-  CHECK(tok::pick_tokenizer(dir)->plugin == "sentencepiece");
+  CHECK(tok::pick_tokenizer(registry, dir)->plugin == "sentencepiece");
   write_file(dir / "tokenizer.json", "{}");
-  CHECK(tok::pick_tokenizer(dir)->plugin == "tokenizer-json");
-  CHECK(tok::pick_tokenizer(shared_dir() / "models/stories260k")->plugin == "sentencepiece");
-  CHECK(tok::pick_tokenizer(json_dir("gemma3"))->plugin == "tokenizer-json");
+  CHECK(tok::pick_tokenizer(registry, dir)->plugin == "tokenizer-json");
+  CHECK(tok::pick_tokenizer(registry, shared_dir() / "models/stories260k")->plugin ==
+        "sentencepiece");
+  CHECK(tok::pick_tokenizer(registry, json_dir("gemma3"))->plugin == "tokenizer-json");
 }
 
 TEST_CASE("tokenizer-json: the Llama 3 / Qwen2 scanner cuts text as the regex does in ICU",

@@ -11,6 +11,7 @@
 #include "masque/train/loss.hpp"
 #include "masque/train/network.hpp"
 #include "masque/train/trainer.hpp"
+#include "registry.hpp"
 #include "test_support.hpp"
 #include "trainer_support.hpp"
 
@@ -296,26 +297,38 @@ TEST_CASE("dropout: the fraction dropped is p and kept values scale by 1 / (1 - 
   }
 }
 
+namespace {
+// The dropout keys a built model plugin declares.
+const ModelTraits& traits_of(const char* plugin) {
+  return *test::build_registry().find(PluginKind::model, plugin).descriptor->model;
+}
+}  // namespace
+
 TEST_CASE("dropout: rates from config.json, by model type, and the task's override") {
   const DropoutRates bert = dropout_rates_of(
+      traits_of("bert"),
       Json::parse(test::read_file(test::shared_dir() / "models/tiny-bert-chinese/config.json")));
   CHECK(bert.embedding == 0.1f);
   CHECK(bert.residual == 0.1f);
   CHECK(bert.attention == 0.1f);
   CHECK(bert.activation == 0.0f);
   const DropoutRates gpt2 = dropout_rates_of(
+      traits_of("gpt2"),
       {{"model_type", "gpt2"}, {"embd_pdrop", 0.1}, {"resid_pdrop", 0.2}, {"attn_pdrop", 0.3}});
   CHECK((gpt2.embedding == 0.1f && gpt2.residual == 0.2f && gpt2.attention == 0.3f));
-  const DropoutRates llama =
-      dropout_rates_of({{"model_type", "llama"}, {"attention_dropout", 0.0}}, 0.2f);
+  const DropoutRates llama = dropout_rates_of(
+      traits_of("llama"), {{"model_type", "llama"}, {"attention_dropout", 0.0}}, 0.2f);
   CHECK((llama.attention == 0.2f && llama.embedding == 0.0f && llama.residual == 0.0f));
-  const DropoutRates encdec = dropout_rates_of({{"architecture", "transformer-encoder-decoder"},
+  const DropoutRates encdec = dropout_rates_of(traits_of("encoder-decoder"),
+                                               {{"architecture", "transformer-encoder-decoder"},
                                                 {"dropout", 0.1},
                                                 {"activation_dropout", 0.05}});
   CHECK((encdec.residual == 0.1f && encdec.activation == 0.05f && encdec.attention == 0.0f));
-  CHECK(!dropout_rates_of({{"model_type", "bert"}}).any());
-  CHECK_THROWS_WITH(dropout_rates_of({{"model_type", "bert"}, {"hidden_dropout_prob", 1.5}}),
-                    Catch::Contains("hidden_dropout_prob must be in [0, 1)"));
-  CHECK_THROWS_WITH(dropout_rates_of({{"model_type", "gpt2"}, {"attn_pdrop", "x"}}),
-                    Catch::Contains("attn_pdrop must be a number"));
+  CHECK(!dropout_rates_of(traits_of("bert"), {{"model_type", "bert"}}).any());
+  CHECK_THROWS_WITH(
+      dropout_rates_of(traits_of("bert"), {{"model_type", "bert"}, {"hidden_dropout_prob", 1.5}}),
+      Catch::Contains("hidden_dropout_prob must be in [0, 1)"));
+  CHECK_THROWS_WITH(
+      dropout_rates_of(traits_of("gpt2"), {{"model_type", "gpt2"}, {"attn_pdrop", "x"}}),
+      Catch::Contains("attn_pdrop must be a number"));
 }

@@ -23,7 +23,7 @@ enum class ModelKind : std::uint8_t {
 };
 
 struct ModelInfo {
-  std::string architecture;  // "gpt2", "llama", "bert", "encoder-decoder"
+  std::string architecture;  // the network's family as the model plugin names it (for messages)
   ModelKind kind = ModelKind::decoder_only;
   std::int32_t vocab_size = 0;         // output (target) vocabulary
   std::int32_t source_vocab_size = 0;  // encoder-decoder input vocabulary, else = vocab_size

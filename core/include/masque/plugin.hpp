@@ -64,6 +64,71 @@ using PluginFactory = Plugin* (*)(const Params& params);
 
 inline constexpr std::uint32_t kDescriptorMagic = 0x4d51504cu;  // "MQPL"
 
+// What a plugin declares about itself beyond its parameters, so that the host chooses and
+// configures plugins by what they say they are and never by their names. Plain data, like
+// ParamSpec; each pointer of PluginDescriptor below is for plugins of its kind only (null: the
+// plugin declares nothing of the sort). `masque plugins NAME` shows all of it.
+
+// A model plugin (PluginDescriptor::model).
+struct ModelTraits {
+  // `masque train` can train the plugin's models. The plugin then declares the `init_seed`
+  // parameter (-1: the folder's weights; a seed: fresh ones) and creates a TransformerModel or
+  // a train::TrainableModel.
+  bool trainable = false;
+  // The config.json keys of the dropout probabilities at the places the upstream model applies
+  // dropout (nullptr: none there; an absent key in a folder's config is 0). The trainer reads
+  // them (train/dropout.hpp); `task.dropout: p` sets p at exactly these places.
+  const char* embedding_dropout = nullptr;   // the embeddings' output
+  const char* residual_dropout = nullptr;    // each sub-layer's output, before its residual add
+  const char* attention_dropout = nullptr;   // the attention probabilities
+  const char* activation_dropout = nullptr;  // the MLP's activation output
+};
+
+// Files of a model folder that, present together, a tokenizer plugin reads.
+struct TokenizerFolderFiles {
+  const char* files = "";  // the file names, ' '-separated ("vocab.json merges.txt")
+  // The parameter given the folder (a `path` parameter naming the folder), or, with
+  // `names_file`, the first of `files` in it.
+  const char* param = "path";
+  bool names_file = false;
+  // The pipeline section it fills: "tokenizer", or "target_tokenizer" for the target side of
+  // a folder with two vocabularies (read only when the folder also gave a "tokenizer").
+  const char* section = "tokenizer";
+};
+
+// A tokenizer plugin (PluginDescriptor::tokenizer).
+struct TokenizerTraits {
+  // The file sets it reads a model folder by, and how strongly: of all installed tokenizer
+  // plugins, the one with the highest `preference` whose files a folder holds reads it
+  // (`masque run --model DIR`, a `tokenizer:` section with a folder and no plugin).
+  const TokenizerFolderFiles* reads = nullptr;
+  std::uint32_t num_reads = 0;
+  int preference = 0;
+  // Further files of such a folder that belong to its tokenizer (' '-separated): what the
+  // plugin reads besides (tokenizer_config.json) and what other tools read there
+  // (special_tokens_map.json). A checkpoint of `masque train` copies them with `reads`' files.
+  const char* carries = "";
+  // The settings a checkpoint's tokenizer_config.json takes from the plugin's parameters, as
+  // ' '-separated `param=key` pairs: a parameter set to true or false (not auto) is written as
+  // that boolean under `key`, so the saved folder tokenizes as the training did. `config_class`
+  // is the tokenizer_class such a file names when the folder carried none.
+  const char* saved_settings = "";
+  const char* config_class = "";
+};
+
+// A decoder plugin (PluginDescriptor::decoder).
+struct DecoderTraits {
+  // The decoder a task's `decoder:` section takes when it names no plugin.
+  bool is_default = false;
+  // It settles each token as it is chosen (one hypothesis, given `num_hypotheses` 1 when it
+  // has that parameter), so `masque run --stream` can write text as it goes.
+  bool streams = false;
+  // The generation_config.json that asks for it (`masque run --model DIR`): ';'-separated
+  // conditions that must all hold, each `key=value` (a string, number or true/false equal to
+  // value), `key!=value` (absent or not equal) or `key>N` (an integer above N).
+  const char* chosen_by = nullptr;
+};
+
 // The layout of the first three fields never changes, so any host can read the ABI version of
 // any plugin before touching the rest.
 struct PluginDescriptor {
@@ -79,6 +144,10 @@ struct PluginDescriptor {
   const ParamSpec* params = nullptr;
   std::uint32_t num_params = 0;
   PluginFactory create = nullptr;
+  // What the plugin says it is (ABI 9.0); only the pointer of the plugin's kind may be set.
+  const ModelTraits* model = nullptr;
+  const TokenizerTraits* tokenizer = nullptr;
+  const DecoderTraits* decoder = nullptr;
 };
 
 }  // namespace masque

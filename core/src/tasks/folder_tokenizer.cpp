@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "masque/tokenizer_files.hpp"
+#include "tokenizer_files.hpp"
 
 namespace masque {
 
@@ -55,7 +55,7 @@ std::optional<std::string> folder_tokenizer_mismatch(const Pipeline& pipeline,
   if (!model_params.has("path") || model_params.get_string("path").empty()) return std::nullopt;
   const fs::path folder = model_params.get_string("path");
   std::optional<tok::TokenizerSection> own;
-  for (const auto& s : tok::pick_tokenizer_sections(folder))
+  for (const auto& s : tok::pick_tokenizer_sections(registry, folder))
     if (s.section == section) own = s;
   if (!own) return std::nullopt;
   const PluginConfig& config = pipeline.at(section);

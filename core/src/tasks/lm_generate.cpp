@@ -209,7 +209,7 @@ const TaskRegistration registration({
                                  "tokenizer's folder, else the model's)"}},
              .required_sections = {"model", "mask", "decoder"},
              .optional_sections = {"tokenizer", "constraint"},
-             .default_plugins = {{"mask", "causal"}, {"decoder", "greedy"}},
+             .default_plugins = {{"mask", "causal"}},
              .model_kinds = {ModelKind::decoder_only, ModelKind::encoder_only}},
     .create = create,
 });

@@ -415,7 +415,7 @@ const TaskRegistration registration({
               mask_token_param()},
          .required_sections = {"model", "mask", "decoder"},
          .optional_sections = {"tokenizer"},
-         .default_plugins = {{"mask", "permutation"}, {"decoder", "greedy"}},
+         .default_plugins = {{"mask", "permutation"}},
          .model_kinds = {ModelKind::encoder_only},
          .held_masks = {"bidirectional"}},
     .create = create,

@@ -373,7 +373,7 @@ const TaskRegistration registration({
                              "Restricts per record (CTranslate2: per batch). Empty: off"}},
          .required_sections = {"model", "decoder"},
          .optional_sections = {"tokenizer", "target_tokenizer", "mask", "constraint"},
-         .default_plugins = {{"decoder", "greedy"}},
+         .default_plugins = {},
          .model_kinds = {ModelKind::encoder_decoder, ModelKind::encoder_only},
          .held_masks = {"bidirectional"}},
     .create = create,

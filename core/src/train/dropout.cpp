@@ -21,38 +21,21 @@ float read_rate(const nlohmann::json& config, const char* key) {
   return static_cast<float>(p);
 }
 
-std::string kind_of(const nlohmann::json& config) {
-  for (const char* key : {"model_type", "architecture"}) {
-    const auto it = config.find(key);
-    if (it != config.end() && it->is_string()) return it->get<std::string>();
-  }
-  return "";
-}
-
 }  // namespace
 
-DropoutRates dropout_rates_of(const nlohmann::json& config, float override) {
+DropoutRates dropout_rates_of(const ModelTraits& model, const nlohmann::json& config,
+                              float override) {
   if (override >= 0.0f && !(override < 1.0f))
     throw ConfigError("dropout must be in [0, 1), got " + std::to_string(override));
-  auto rate = [&](const char* key) { return override >= 0.0f ? override : read_rate(config, key); };
-  DropoutRates r;
-  const std::string kind = kind_of(config);
-  if (kind == "bert") {
-    r.embedding = r.residual = rate("hidden_dropout_prob");
-    r.attention = rate("attention_probs_dropout_prob");
-  } else if (kind == "gpt2") {
-    r.embedding = rate("embd_pdrop");
-    r.residual = rate("resid_pdrop");
-    r.attention = rate("attn_pdrop");
-  } else if (kind.find("encoder-decoder") != std::string::npos || kind == "bart" ||
-             kind == "mbart" || kind == "m2m_100" || config.contains("num_encoder_layers")) {
-    r.embedding = r.residual = rate("dropout");
-    r.attention = rate("attention_dropout");
-    r.activation = rate("activation_dropout");
-  } else {  // llama, qwen2: attention dropout only
-    r.attention = rate("attention_dropout");
-  }
-  return r;
+  // A place the model declares no key for has no dropout, whatever the override.
+  auto rate = [&](const char* key) {
+    if (!key) return 0.0f;
+    return override >= 0.0f ? override : read_rate(config, key);
+  };
+  return {.embedding = rate(model.embedding_dropout),
+          .residual = rate(model.residual_dropout),
+          .attention = rate(model.attention_dropout),
+          .activation = rate(model.activation_dropout)};
 }
 
 DropoutKey dropout_key(const DropoutContext& context, std::size_t row, std::uint32_t site) {

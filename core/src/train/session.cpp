@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <variant>
 
@@ -27,6 +28,7 @@
 #include "run/stop_signals.hpp"
 #include "tasks/labels.hpp"
 #include "tasks/task.hpp"
+#include "tokenizer_files.hpp"
 #include "train/settings.hpp"
 
 namespace masque::train {
@@ -92,19 +94,13 @@ ParameterSet with_new_head(const transformer::TransformerSpec& spec, const SafeT
   return params;
 }
 
-// Tokenizer files a model folder may carry, copied when a tokenizer names their folder.
-const char* const kTokenizerFiles[] = {"tokenizer.json",
-                                       "tokenizer.model",
-                                       "tokenizer_config.json",
-                                       "special_tokens_map.json",
-                                       "added_tokens.json",
-                                       "vocab.txt",
-                                       "vocab.json",
-                                       "merges.txt"};
-
 // The files of the tokenizer sections (their `path`-typed parameters), each with the name it has
 // in a checkpoint: its own, or `target_` + its own when the source side already uses the name.
-std::vector<std::pair<fs::path, std::string>> tokenizer_files(const Pipeline& pipeline) {
+// A folder-valued one carries the files that belong to a folder's tokenizer, as the installed
+// tokenizer plugins declare them (tokenizer_files.hpp).
+std::vector<std::pair<fs::path, std::string>> tokenizer_files(const Pipeline& pipeline,
+                                                              const Registry& registry) {
+  const std::vector<std::string> carried = tok::carried_tokenizer_files(registry);
   std::vector<std::pair<fs::path, std::string>> files;
   std::set<std::string> names;
   for (const char* section : {"tokenizer", "target_tokenizer"}) {
@@ -124,7 +120,7 @@ std::vector<std::pair<fs::path, std::string>> tokenizer_files(const Pipeline& pi
       if (fs::is_regular_file(value)) {
         add(value);
       } else if (fs::is_directory(value)) {
-        for (const char* name : kTokenizerFiles)
+        for (const std::string& name : carried)
           if (fs::is_regular_file(value / name)) add(value / name);
       }
     }
@@ -231,27 +227,32 @@ void apply_run_settings(const Params& run, InputOptions& input) {
   apply_input_limits(run, input);
 }
 
-// tokenizer_config.json for a checkpoint whose tokenizer is `wordpiece` set explicitly
-// (lowercase/strip_accents true or false): the folder's own config (if carried) with the
-// settings the training used as do_lower_case/strip_accents, which the plugin reads from a
-// folder, so the checkpoint tokenizes as the training did. Empty when nothing needs saying.
-std::string wordpiece_config(const PluginConfig& tokenizer, const std::string& carried) {
-  if (std::string(tokenizer.entry->descriptor->name) != "wordpiece") return "";
+// tokenizer_config.json for a checkpoint whose tokenizer declares settings it reads back from
+// there (TokenizerTraits::saved_settings, e.g. a lowercase parameter as do_lower_case) and that
+// the training set explicitly (true or false, not auto): the folder's own config (if carried)
+// with those settings, so the checkpoint tokenizes as the training did. Empty when nothing needs
+// saying.
+std::string saved_tokenizer_config(const PluginConfig& tokenizer, const std::string& carried) {
+  const TokenizerTraits* traits = tokenizer.entry->descriptor->tokenizer;
+  if (!traits || !*traits->saved_settings) return "";
   nlohmann::json config = nlohmann::json::object();
   if (!carried.empty()) {
     config = nlohmann::json::parse(carried, nullptr, false);
     if (!config.is_object()) return "";  // not ours to repair: the plugin reports it
   }
   bool changed = false;
-  for (const auto& [param, key] :
-       {std::pair{"lowercase", "do_lower_case"}, std::pair{"strip_accents", "strip_accents"}}) {
-    const std::string value = tokenizer.params.get_string(param);
+  std::istringstream pairs(traits->saved_settings);
+  for (std::string pair; pairs >> pair;) {
+    const auto eq = pair.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string value = tokenizer.params.get_string(pair.substr(0, eq));
     if (value == "auto") continue;  // the carried config (or its absence) decides, as before
-    config[key] = value == "true";
+    config[pair.substr(eq + 1)] = value == "true";
     changed = true;
   }
   if (!changed) return "";
-  if (!config.contains("tokenizer_class")) config["tokenizer_class"] = "BertTokenizer";
+  if (!config.contains("tokenizer_class") && *traits->config_class)
+    config["tokenizer_class"] = traits->config_class;
   return config.dump(2) + "\n";
 }
 
@@ -440,13 +441,15 @@ class Session {
 void Session::load_model() {
   PluginConfig& model = pipeline_.plugins.at("model");
   const PluginDescriptor& d = *model.entry->descriptor;
-  bool trainable = false;
-  for (std::size_t i = 0; i < d.num_params; ++i)
-    trainable |= std::string(d.params[i].name) == "init_seed";
-  if (!trainable)
+  if (!d.model || !d.model->trainable) {
+    std::string trainable;
+    for (const auto& p : registry_.plugins())
+      if (p.descriptor->model && p.descriptor->model->trainable)
+        trainable += (trainable.empty() ? "" : ", ") + std::string(p.descriptor->name);
     throw ConfigError("model plugin '" + std::string(d.name) +
-                      "' is not trainable by masque train (trainable: bert, gpt2, llama, qwen2, "
-                      "encoder-decoder, bart, mbart, m2m_100, rnn-seq2seq)");
+                      "' is not trainable by masque train (trainable: " +
+                      (trainable.empty() ? "none installed" : trainable) + ")");
+  }
   const std::string pipeline_path = model.params.get_string("path");
   if (!options_.resume.empty()) {
     // A checkpoint is a model folder: the spec and the weights come from it.
@@ -521,7 +524,8 @@ DropoutRates Session::dropout_rates() const {
   const fs::path file = model_dir_ / "config.json";
   const nlohmann::json config = model_config();
   try {
-    return dropout_rates_of(config, settings_.dropout);
+    const ModelTraits& traits = *pipeline_.plugins.at("model").entry->descriptor->model;
+    return dropout_rates_of(traits, config, settings_.dropout);
   } catch (const ConfigError& e) {
     throw ConfigError(file.string() + ": " + e.what());
   }
@@ -694,8 +698,8 @@ void Session::carry_tokenizer_settings() {
   const char* const name = "tokenizer_config.json";
   auto carried = std::find_if(carried_.begin(), carried_.end(),
                               [&](const auto& file) { return file.first == name; });
-  const std::string config =
-      wordpiece_config(pipeline_.at("tokenizer"), carried == carried_.end() ? "" : carried->second);
+  const std::string config = saved_tokenizer_config(
+      pipeline_.at("tokenizer"), carried == carried_.end() ? "" : carried->second);
   if (config.empty()) return;
   if (carried == carried_.end())
     carried_.emplace_back(name, config);
@@ -801,7 +805,7 @@ int Session::run() {
   for (const char* name : {"config.json", "generation_config.json"})
     if (fs::is_regular_file(model_dir_ / name))
       carried_.emplace_back(name, io::read_file(model_dir_ / name));
-  for (const auto& [file, name] : tokenizer_files(pipeline_))
+  for (const auto& [file, name] : tokenizer_files(pipeline_, registry_))
     carried_.emplace_back(name, io::read_file(file));
   carry_tokenizer_settings();
   // Rank 0 alone owns the run folder (an error there ends every rank: cmd_train aborts the job).

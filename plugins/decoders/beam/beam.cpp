@@ -79,6 +79,10 @@ const std::vector<masque::ParamSpec>& param_specs() {
   return specs;
 }
 
+// A generation_config.json with several beams and no sampling asks for it; its tokens settle
+// only at the end.
+const masque::DecoderTraits kTraits{.chosen_by = "num_beams>1;do_sample!=true"};
+
 const masque::PluginDescriptor* descriptor() {
   static const masque::PluginDescriptor d{
       .kind = masque::PluginKind::decoder,
@@ -89,6 +93,7 @@ const masque::PluginDescriptor* descriptor() {
       .params = param_specs().data(),
       .num_params = static_cast<std::uint32_t>(param_specs().size()),
       .create = create,
+      .decoder = &kTraits,
   };
   return &d;
 }

@@ -65,6 +65,9 @@ const std::vector<masque::ParamSpec>& param_specs() {
   return specs;
 }
 
+// The decoder a `decoder:` section without a plugin takes; it settles a token a step.
+const masque::DecoderTraits kTraits{.is_default = true, .streams = true};
+
 const masque::PluginDescriptor* descriptor() {
   static const masque::PluginDescriptor d{
       .kind = masque::PluginKind::decoder,
@@ -75,6 +78,7 @@ const masque::PluginDescriptor* descriptor() {
       .params = param_specs().data(),
       .num_params = static_cast<std::uint32_t>(param_specs().size()),
       .create = create,
+      .decoder = &kTraits,
   };
   return &d;
 }

@@ -139,6 +139,10 @@ const std::vector<masque::ParamSpec>& param_specs() {
   return specs;
 }
 
+// It settles a token a step (one hypothesis streams), and a generation_config.json with
+// do_sample asks for it.
+const masque::DecoderTraits kTraits{.streams = true, .chosen_by = "do_sample=true"};
+
 const masque::PluginDescriptor* descriptor() {
   static const masque::PluginDescriptor d{
       .kind = masque::PluginKind::decoder,
@@ -149,6 +153,7 @@ const masque::PluginDescriptor* descriptor() {
       .params = param_specs().data(),
       .num_params = static_cast<std::uint32_t>(param_specs().size()),
       .create = create,
+      .decoder = &kTraits,
   };
   return &d;
 }

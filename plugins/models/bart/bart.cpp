@@ -55,4 +55,4 @@ MASQUE_MODEL_PLUGIN("bart", "1.0.0",
                     "BART encoder-decoder (Hugging Face BartForConditionalGeneration / BartModel "
                     "folder): learned positions at offset 2, post-norm blocks, "
                     "layernorm_embedding, final_logits_bias",
-                    "model_type=bart", kParams, create)
+                    "model_type=bart", kParams, masque::models::kTrainableFairseqDropout, create)

@@ -119,6 +119,12 @@ const masque::ParamSpec kParams[] = {
 
 }  // namespace
 
+// BertConfig's names: one rate for the embeddings and every sub-layer's output.
+constexpr masque::ModelTraits kBertTraits{.trainable = true,
+                                          .embedding_dropout = "hidden_dropout_prob",
+                                          .residual_dropout = "hidden_dropout_prob",
+                                          .attention_dropout = "attention_probs_dropout_prob"};
+
 MASQUE_MODEL_PLUGIN("bert", "1.1.0",
                     "BERT with its MLM head: encodings and token predictions under any mask",
-                    "model_type=bert", kParams, create)
+                    "model_type=bert", kParams, kBertTraits, create)

@@ -25,6 +25,20 @@ inline constexpr ParamSpec kInitSeedParam{
         "normal(0, initializer_range) for matrices and embeddings, zero biases, unit norm "
         "weights (`masque train` with init: scratch)"};
 
+// What the trainer reads of a model plugin (ModelTraits, masque/plugin.hpp): whether it trains
+// and the config.json keys of its dropout rates, which follow the family's upstream config.
+// One rate, for the attention probabilities (Llama and its kin).
+inline constexpr ModelTraits kTrainableAttentionDropout{.trainable = true,
+                                                        .attention_dropout = "attention_dropout"};
+// fairseq's names: BART, mBART, M2M-100 and the transformer-encoder-decoder folders.
+inline constexpr ModelTraits kTrainableFairseqDropout{.trainable = true,
+                                                      .embedding_dropout = "dropout",
+                                                      .residual_dropout = "dropout",
+                                                      .attention_dropout = "attention_dropout",
+                                                      .activation_dropout = "activation_dropout"};
+// Inference only (no init_seed parameter): masque train refuses the plugin.
+inline constexpr ModelTraits kInferenceOnly{};
+
 // A model folder as the parameters name it: config.json parsed, the checkpoint opened (none
 // when the model is initialised from init_seed; spec readers then use Hugging Face's names).
 struct HfFolder {
@@ -67,22 +81,24 @@ constexpr ParamSpec path_param(const char* help) {
 }  // namespace masque::models
 
 // The descriptor of a model plugin: NAME, VERSION, DESCRIPTION, the folders it serves
-// (masque/folder_match.hpp, e.g. "model_type=gpt2"), a ParamSpec array and create.
-#define MASQUE_MODEL_PLUGIN(NAME, VERSION, DESCRIPTION, FOLDER_MATCH, PARAMS, CREATE) \
-  namespace {                                                                         \
-  const masque::PluginDescriptor* descriptor() {                                      \
-    static const masque::PluginDescriptor d{                                          \
-        .kind = masque::PluginKind::model,                                            \
-        .name = NAME,                                                                 \
-        .version = VERSION,                                                           \
-        .license = "MIT",                                                             \
-        .description = DESCRIPTION,                                                   \
-        .params = PARAMS,                                                             \
-        .num_params = sizeof(PARAMS) / sizeof(PARAMS[0]),                             \
-        .create = CREATE,                                                             \
-    };                                                                                \
-    return &d;                                                                        \
-  }                                                                                   \
-  }                                                                                   \
-  MASQUE_PLUGIN(descriptor)                                                           \
+// (masque/folder_match.hpp, e.g. "model_type=gpt2"), a ParamSpec array, its ModelTraits (a
+// constant with static storage) and create.
+#define MASQUE_MODEL_PLUGIN(NAME, VERSION, DESCRIPTION, FOLDER_MATCH, PARAMS, TRAITS, CREATE) \
+  namespace {                                                                                 \
+  const masque::PluginDescriptor* descriptor() {                                              \
+    static const masque::PluginDescriptor d{                                                  \
+        .kind = masque::PluginKind::model,                                                    \
+        .name = NAME,                                                                         \
+        .version = VERSION,                                                                   \
+        .license = "MIT",                                                                     \
+        .description = DESCRIPTION,                                                           \
+        .params = PARAMS,                                                                     \
+        .num_params = sizeof(PARAMS) / sizeof(PARAMS[0]),                                     \
+        .create = CREATE,                                                                     \
+        .model = &(TRAITS),                                                                   \
+    };                                                                                        \
+    return &d;                                                                                \
+  }                                                                                           \
+  }                                                                                           \
+  MASQUE_PLUGIN(descriptor)                                                                   \
   MASQUE_FOLDER_MATCH(FOLDER_MATCH)

@@ -112,4 +112,5 @@ const masque::ParamSpec kParams[] = {
 
 MASQUE_MODEL_PLUGIN("distilbert", "1.0.0",
                     "DistilBERT: encodings, token predictions and labels under any mask",
-                    "model_type=distilbert", kParams, create)
+                    "model_type=distilbert", kParams, masque::models::kTrainableAttentionDropout,
+                    create)

@@ -258,4 +258,5 @@ const masque::ParamSpec kParams[] = {
 MASQUE_MODEL_PLUGIN("encoder-decoder", "1.1.0",
                     "Transformer encoder-decoder (translation, transliteration): encodes a source "
                     "once, then decodes step by step with KV caches",
-                    "architecture=transformer-encoder-decoder", kParams, create)
+                    "architecture=transformer-encoder-decoder", kParams,
+                    masque::models::kTrainableFairseqDropout, create)

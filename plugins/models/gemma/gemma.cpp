@@ -232,4 +232,4 @@ MASQUE_MODEL_PLUGIN("gemma", "1.0.0",
                     "Gemma, Gemma 2 and Gemma 3 language models (Hugging Face Gemma*ForCausalLM "
                     "folders)",
                     "model_type=gemma;model_type=gemma2;model_type=gemma3_text;model_type=gemma3",
-                    kParams, create)
+                    kParams, masque::models::kTrainableAttentionDropout, create)

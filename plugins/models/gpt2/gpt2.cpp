@@ -93,6 +93,12 @@ const masque::ParamSpec kParams[] = {
 
 }  // namespace
 
+// GPT2Config's names.
+constexpr masque::ModelTraits kGpt2Traits{.trainable = true,
+                                          .embedding_dropout = "embd_pdrop",
+                                          .residual_dropout = "resid_pdrop",
+                                          .attention_dropout = "attn_pdrop"};
+
 MASQUE_MODEL_PLUGIN("gpt2", "1.1.0",
                     "GPT-2 causal language model (Hugging Face GPT2LMHeadModel folder)",
-                    "model_type=gpt2", kParams, create)
+                    "model_type=gpt2", kParams, kGpt2Traits, create)

@@ -41,4 +41,4 @@ const masque::ParamSpec kParams[] = {
 
 MASQUE_MODEL_PLUGIN("llama", "1.1.0",
                     "Llama causal language model (Hugging Face LlamaForCausalLM folder)",
-                    "model_type=llama", kParams, create)
+                    "model_type=llama", kParams, masque::models::kTrainableAttentionDropout, create)

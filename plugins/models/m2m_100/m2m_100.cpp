@@ -72,4 +72,4 @@ MASQUE_MODEL_PLUGIN("m2m_100", "1.0.0",
                     "M2M-100 / NLLB-200 translation encoder-decoder (Hugging Face "
                     "M2M100ForConditionalGeneration folder): fairseq sinusoidal positions, "
                     "pre-norm blocks, final layer norms, a forced target-language token",
-                    "model_type=m2m_100", kParams, create)
+                    "model_type=m2m_100", kParams, masque::models::kTrainableFairseqDropout, create)

@@ -184,4 +184,4 @@ const masque::ParamSpec kParams[] = {
 MASQUE_MODEL_PLUGIN("marian", "1.0.0",
                     "Marian / OPUS-MT translation encoder-decoder (Hugging Face MarianMTModel "
                     "folder): sinusoidal positions, post-norm blocks, final_logits_bias",
-                    "model_type=marian", kParams, create)
+                    "model_type=marian", kParams, masque::models::kInferenceOnly, create)

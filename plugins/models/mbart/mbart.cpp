@@ -57,4 +57,4 @@ MASQUE_MODEL_PLUGIN("mbart", "1.0.0",
                     "mBART encoder-decoder (Hugging Face MBartForConditionalGeneration / "
                     "MBartModel folder): BART with pre-norm blocks and final layer norms, a "
                     "forced target-language token",
-                    "model_type=mbart", kParams, create)
+                    "model_type=mbart", kParams, masque::models::kTrainableFairseqDropout, create)

@@ -38,4 +38,5 @@ const masque::ParamSpec kParams[] = {
 
 MASQUE_MODEL_PLUGIN("mistral", "1.0.0",
                     "Mistral causal language model (Hugging Face MistralForCausalLM folder)",
-                    "model_type=mistral", kParams, create)
+                    "model_type=mistral", kParams, masque::models::kTrainableAttentionDropout,
+                    create)

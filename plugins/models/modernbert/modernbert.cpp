@@ -153,4 +153,5 @@ const masque::ParamSpec kParams[] = {
 
 MASQUE_MODEL_PLUGIN("modernbert", "1.0.0",
                     "ModernBERT: encodings, token predictions and labels under any mask",
-                    "model_type=modernbert", kParams, create)
+                    "model_type=modernbert", kParams, masque::models::kTrainableAttentionDropout,
+                    create)

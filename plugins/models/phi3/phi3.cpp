@@ -41,4 +41,4 @@ const masque::ParamSpec kParams[] = {
 
 MASQUE_MODEL_PLUGIN("phi3", "1.0.0",
                     "Phi-3 causal language model (Hugging Face Phi3ForCausalLM folder)",
-                    "model_type=phi3", kParams, create)
+                    "model_type=phi3", kParams, masque::models::kTrainableAttentionDropout, create)

@@ -35,4 +35,4 @@ const masque::ParamSpec kParams[] = {
 
 MASQUE_MODEL_PLUGIN("qwen2", "1.0.0",
                     "Qwen2 / Qwen2.5 causal language model (Hugging Face Qwen2ForCausalLM folder)",
-                    "model_type=qwen2", kParams, create)
+                    "model_type=qwen2", kParams, masque::models::kTrainableAttentionDropout, create)

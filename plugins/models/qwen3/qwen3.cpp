@@ -38,4 +38,4 @@ const masque::ParamSpec kParams[] = {
 
 MASQUE_MODEL_PLUGIN("qwen3", "1.0.0",
                     "Qwen3 causal language model (Hugging Face Qwen3ForCausalLM folder)",
-                    "model_type=qwen3", kParams, create)
+                    "model_type=qwen3", kParams, masque::models::kTrainableAttentionDropout, create)

@@ -69,6 +69,10 @@ const masque::ParamSpec kParams[] = {
              "bf16). 0: never"},
 };
 
+// Trainable from init_seed. The network refuses any dropout; declaring attention_dropout as the
+// rate's key makes `task.dropout: p` a refusal there instead of a silent no-op.
+constexpr masque::ModelTraits kTraits{.trainable = true, .attention_dropout = "attention_dropout"};
+
 const masque::PluginDescriptor* descriptor() {
   static const masque::PluginDescriptor d{
       .kind = masque::PluginKind::model,
@@ -83,6 +87,7 @@ const masque::PluginDescriptor* descriptor() {
       .params = kParams,
       .num_params = sizeof(kParams) / sizeof(kParams[0]),
       .create = create,
+      .model = &kTraits,
   };
   return &d;
 }

@@ -116,4 +116,5 @@ const masque::ParamSpec kParams[] = {
 
 MASQUE_MODEL_PLUGIN("roberta", "1.0.0",
                     "RoBERTa and XLM-RoBERTa: encodings, token predictions, labels under any mask",
-                    "model_type=roberta;model_type=xlm-roberta", kParams, create)
+                    "model_type=roberta;model_type=xlm-roberta", kParams,
+                    masque::models::kTrainableAttentionDropout, create)

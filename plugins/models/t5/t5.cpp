@@ -208,4 +208,4 @@ const masque::ParamSpec kParams[] = {
 MASQUE_MODEL_PLUGIN("t5", "1.0.0",
                     "T5 / T5 v1.1 / Flan-T5 encoder-decoder (Hugging Face "
                     "T5ForConditionalGeneration folder): relative position buckets, RMS norms",
-                    "model_type=t5", kParams, create)
+                    "model_type=t5", kParams, masque::models::kInferenceOnly, create)

@@ -30,6 +30,7 @@
 
 #include "bpe_merges.hpp"
 #include "byte_level.hpp"
+#include "hf_folder_traits.hpp"
 #include "json_file.hpp"
 #include "masque/error.hpp"
 #include "masque/params.hpp"
@@ -355,6 +356,11 @@ const masque::ParamSpec kParams[] = {
              "false encodes it as ordinary text (tiktoken's encode_ordinary)"},
 };
 
+// A folder's vocab.json and merges.txt (GPT-2's); below a folder's tokenizer.json, above a
+// vocab.txt.
+const masque::TokenizerFolderFiles kReads[] = {{.files = "vocab.json merges.txt"}};
+const masque::TokenizerTraits kTraits = masque::tok::hf_folder_traits(kReads, 20);
+
 const masque::PluginDescriptor* descriptor() {
   static const masque::PluginDescriptor d{
       .kind = masque::PluginKind::tokenizer,
@@ -365,6 +371,7 @@ const masque::PluginDescriptor* descriptor() {
       .params = kParams,
       .num_params = sizeof(kParams) / sizeof(kParams[0]),
       .create = create,
+      .tokenizer = &kTraits,
   };
   return &d;
 }

@@ -20,6 +20,7 @@
 #include <sentencepiece_processor.h>
 #include <nlohmann/json.hpp>
 
+#include "hf_folder_traits.hpp"
 #include "json_file.hpp"
 #include "masque/error.hpp"
 #include "masque/params.hpp"
@@ -234,6 +235,10 @@ const masque::ParamSpec kParams[] = {
      .choices = "auto|true|false"},
 };
 
+// A folder's tokenizer.model; a folder's tokenizer.json, when it has both, says more.
+const masque::TokenizerFolderFiles kReads[] = {{.files = "tokenizer.model"}};
+const masque::TokenizerTraits kTraits = masque::tok::hf_folder_traits(kReads, 30);
+
 const masque::PluginDescriptor* descriptor() {
   static const masque::PluginDescriptor d{
       .kind = masque::PluginKind::tokenizer,
@@ -244,6 +249,7 @@ const masque::PluginDescriptor* descriptor() {
       .params = kParams,
       .num_params = sizeof(kParams) / sizeof(kParams[0]),
       .create = create,
+      .tokenizer = &kTraits,
   };
   return &d;
 }

@@ -25,12 +25,12 @@
 #include "added_vocabulary.hpp"
 #include "byte_level.hpp"
 #include "decoders.hpp"
+#include "hf_folder_traits.hpp"
 #include "json_file.hpp"
 #include "json_node.hpp"
 #include "masque/error.hpp"
 #include "masque/params.hpp"
 #include "masque/tokenizer.hpp"
-#include "masque/tokenizer_files.hpp"
 #include "models.hpp"
 #include "normalizers.hpp"
 #include "post_processors.hpp"
@@ -55,9 +55,15 @@ std::string locate(const std::string& path) {
   if (fs::is_directory(path, ec)) {
     const fs::path file = fs::path(path) / "tokenizer.json";
     if (!fs::exists(file, ec)) {
+      // The files the sibling plugins read (as they declare them), for a hint.
+      auto has = [&](const char* name) { return fs::is_regular_file(fs::path(path) / name, ec); };
       std::string hint;
-      if (auto other = masque::tok::pick_tokenizer(path))
-        hint = " (it has " + other->file + ": use the " + other->plugin + " tokenizer)";
+      if (has("tokenizer.model"))
+        hint = " (it has tokenizer.model: use the sentencepiece tokenizer)";
+      else if (has("vocab.json") && has("merges.txt"))
+        hint = " (it has vocab.json and merges.txt: use the bpe tokenizer)";
+      else if (has("vocab.txt"))
+        hint = " (it has vocab.txt: use the wordpiece tokenizer)";
       throw ConfigError("tokenizer-json: " + path + " has no tokenizer.json" + hint);
     }
     return file.string();
@@ -279,6 +285,11 @@ const masque::ParamSpec kParams[] = {
              "vocab.txt (wordpiece)"},
 };
 
+// A folder's tokenizer.json, preferred to every other file as Hugging Face's AutoTokenizer
+// prefers it: it alone carries the normalizer, added tokens and post-processor.
+const masque::TokenizerFolderFiles kReads[] = {{.files = "tokenizer.json"}};
+const masque::TokenizerTraits kTraits = masque::tok::hf_folder_traits(kReads, 40);
+
 const masque::PluginDescriptor* descriptor() {
   static const masque::PluginDescriptor d{
       .kind = masque::PluginKind::tokenizer,
@@ -289,6 +300,7 @@ const masque::PluginDescriptor* descriptor() {
       .params = kParams,
       .num_params = sizeof(kParams) / sizeof(kParams[0]),
       .create = create,
+      .tokenizer = &kTraits,
   };
   return &d;
 }

@@ -165,6 +165,16 @@ const masque::ParamSpec kParams[] = {
      .help = "put eos_token after the tokens when special tokens are added"},
 };
 
+// A folder with separate source and target vocabularies, one token per line, as OpenNMT and
+// CTranslate2 write them: the target's only beside a source's. Any other tokenizer file wins.
+const masque::TokenizerFolderFiles kReads[] = {
+    {.files = "source_vocab.txt", .param = "vocab", .names_file = true},
+    {.files = "target_vocab.txt",
+     .param = "vocab",
+     .names_file = true,
+     .section = "target_tokenizer"}};
+const masque::TokenizerTraits kTraits{.reads = kReads, .num_reads = 2, .preference = 0};
+
 const masque::PluginDescriptor* descriptor() {
   static const masque::PluginDescriptor d{
       .kind = masque::PluginKind::tokenizer,
@@ -177,6 +187,7 @@ const masque::PluginDescriptor* descriptor() {
       .params = kParams,
       .num_params = sizeof(kParams) / sizeof(kParams[0]),
       .create = create,
+      .tokenizer = &kTraits,
   };
   return &d;
 }

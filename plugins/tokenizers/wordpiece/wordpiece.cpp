@@ -32,6 +32,7 @@
 #include <unicode/ustring.h>
 #include <nlohmann/json.hpp>
 
+#include "hf_folder_traits.hpp"
 #include "json_file.hpp"
 #include "masque/error.hpp"
 #include "masque/params.hpp"
@@ -531,6 +532,17 @@ const masque::ParamSpec kParams[] = {
              "(Hugging Face's added tokens); false tokenizes them as ordinary text"},
 };
 
+// A folder's vocab.txt (BERT's); the checkpoint of a training that set lowercase or
+// strip_accents says so in tokenizer_config.json, which this plugin reads back.
+const masque::TokenizerFolderFiles kReads[] = {{.files = "vocab.txt"}};
+const masque::TokenizerTraits kTraits{
+    .reads = kReads,
+    .num_reads = 1,
+    .preference = 10,
+    .carries = masque::tok::kHfTokenizerCarries,
+    .saved_settings = "lowercase=do_lower_case strip_accents=strip_accents",
+    .config_class = "BertTokenizer"};
+
 const masque::PluginDescriptor* descriptor() {
   static const masque::PluginDescriptor d{
       .kind = masque::PluginKind::tokenizer,
@@ -541,6 +553,7 @@ const masque::PluginDescriptor* descriptor() {
       .params = kParams,
       .num_params = sizeof(kParams) / sizeof(kParams[0]),
       .create = create,
+      .tokenizer = &kTraits,
   };
   return &d;
 }

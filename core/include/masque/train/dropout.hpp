@@ -17,6 +17,7 @@
 #include <boost/config.hpp>
 #include <nlohmann/json.hpp>
 
+#include "masque/plugin.hpp"
 #include "masque/train/grad_ops.hpp"
 
 namespace masque::train {
@@ -30,16 +31,13 @@ struct DropoutRates {
   bool any() const { return embedding > 0 || residual > 0 || attention > 0 || activation > 0; }
 };
 
-// The rates of config.json, by the model's own keys (an absent key is 0):
-//   bert:   hidden_dropout_prob (embedding, residual), attention_probs_dropout_prob
-//   gpt2:   embd_pdrop, resid_pdrop, attn_pdrop
-//   llama, qwen2 (and any config with attention_dropout only): attention_dropout
-//   encoder-decoder (fairseq / BART names): dropout (embedding, residual), attention_dropout,
-//           activation_dropout
-// A value outside [0, 1) is a ConfigError naming the key. override >= 0 (the task's
+// The rates of config.json under the keys the model plugin declares for each place
+// (ModelTraits in masque/plugin.hpp; an absent key is 0, a place without a key has none). A
+// value outside [0, 1) is a ConfigError naming the key. override >= 0 (the task's
 // `dropout: p`) replaces every one of those keys' values: p at each place the model applies
 // dropout upstream, and nowhere else.
-BOOST_SYMBOL_VISIBLE DropoutRates dropout_rates_of(const nlohmann::json& config,
+BOOST_SYMBOL_VISIBLE DropoutRates dropout_rates_of(const ModelTraits& model,
+                                                   const nlohmann::json& config,
                                                    float override = -1.0f);
 
 // Where a mask is drawn. Stack 0 is a decoder-only or encoder-only model's stack and an

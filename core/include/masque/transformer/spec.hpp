@@ -180,7 +180,7 @@ struct HeadSpec {
 };
 
 struct TransformerSpec {
-  std::string architecture{};  // "gpt2", "llama", "qwen2", "bert", "encoder-decoder"
+  std::string architecture{};  // the family as the model plugin names it (ModelInfo::architecture)
   ModelKind kind = ModelKind::decoder_only;
   std::string positions_key{};  // the config key of the context length, for messages
   StackSpec encoder{};          // encoder-decoder only (blocks empty otherwise)
