@@ -68,8 +68,9 @@ def ensure_inputs(a, name):
 
 def ensure_corpus(a):
     path = os.path.join(a.scratch, f"corpus-{a.sequences}-{a.max_length}.ids")
-    if not os.path.exists(path):
-        subprocess.run(["nice", "-n", "10", PYTHON, os.path.join(HERE, "make_corpus.py"),
+    script = os.path.join(HERE, "make_corpus.py")
+    if not os.path.exists(path) or os.path.getmtime(path) < os.path.getmtime(script):
+        subprocess.run(["nice", "-n", "10", PYTHON, script,
                         "--masque", masque(a), "--vocab", os.path.join(
                             ROOT, "..", "shared", "tokenizers", "bert-base-uncased",
                             "vocab.txt"), "--count", str(a.sequences), "--max-length",
@@ -316,7 +317,7 @@ def table_cpu(results, header, model):
 
 def report(results, header):
     print(f"date: {header['started']}; machine: {header['machine']}")
-    print(f"masque: commit {header['commit']}, threads as {header['masque_threading']}; "
+    print(f"masque: {header['commit']}, threads as {header['masque_threading']}; "
           f"ONNX Runtime: {header['peer']}, int8 weights "
           f"{'per channel' if header.get('int8_per_channel') else 'per tensor'}")
     print(f"load average at start: {header['load_before']}; at end: "
@@ -350,6 +351,25 @@ def report(results, header):
            and not r["masque_vs_ort"] <= F32_TOLERANCE]
     print(f"\nf32 agreement (max |masque − ORT| ≤ {F32_TOLERANCE:g} on every run): "
           f"{'FAILED in ' + str(len(bad)) + ' runs' if bad else 'met'}")
+
+
+def build_source(build):
+    """The commit of the sources a build directory was configured from (its CMakeCache), with
+    -dirty when they have uncommitted changes, and when the binary was linked: the worktree
+    running bench.py need not be the one masque was built from."""
+    source = "?"
+    try:
+        with open(os.path.join(build, "CMakeCache.txt")) as fh:
+            for line in fh:
+                if line.startswith("CMAKE_HOME_DIRECTORY:"):
+                    source = line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    commit = subprocess.run(["git", "-C", source, "describe", "--always", "--dirty"],
+                            capture_output=True, text=True).stdout.strip() or "?"
+    linked = datetime.datetime.fromtimestamp(
+        os.path.getmtime(os.path.join(build, "bin", "masque"))).isoformat(timespec="minutes")
+    return f"{commit} ({source}, binary linked {linked})"
 
 
 def peer_version():
@@ -396,8 +416,7 @@ def main():
             ap.error(f"--dtypes: {d!r} is not one of {', '.join(ONNX_OF)}")
     os.makedirs(a.scratch, exist_ok=True)
     corpus = ensure_corpus(a)
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
+    commit = build_source(a.build)
     header = {"started": datetime.datetime.now().isoformat(timespec="seconds"),
               "machine": peers.machine(), "commit": commit, "peer": peer_version(),
               "load_before": loadavg(), "rounds": a.rounds, "models": a.models,
