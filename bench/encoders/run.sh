@@ -25,21 +25,26 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
-[ -x "$build/bin/masque" ] || { echo "run.sh: $build/bin/masque not found (build first)" >&2; exit 2; }
-/usr/bin/python3 -c "import torch, numpy, onnx" 2>/dev/null ||
-  { echo "run.sh: needs Debian's python3-torch, python3-numpy, python3-onnx (scripts/setup.sh)" >&2; exit 2; }
+[ -x "$build/bin/masque" ] ||
+  { echo "run.sh: $build/bin/masque not found (build first)" >&2; exit 2; }
+/usr/bin/python3 -c "import torch, numpy, onnx" 2>/dev/null || {
+  echo "run.sh: needs Debian's python3-torch, python3-numpy, python3-onnx (scripts/setup.sh)" >&2
+  exit 2
+}
 
 # --ignore-scripts: onnxruntime-node's postinstall downloads GPU builds; its CPU library for
 # linux-x64 ships in the package itself.
-if ! grep -q '"version": "1.30.0"' "$here/node_modules/onnxruntime-node/package.json" 2>/dev/null; then
+if ! grep -qs '"version": "1.30.0"' "$here/node_modules/onnxruntime-node/package.json"; then
   (cd "$here" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
 fi
 
+extra=()
+[ "${INT8_PER_CHANNEL:-0}" = 1 ] && extra+=(--int8-per-channel)
 exec /usr/bin/python3 "$here/bench.py" --build "$build" --scratch "$root/bench/out/encoders" \
   --models "${MODELS:-minilm-l6,bert-base}" --dtypes "${DTYPES:-f32,int8,bf16}" \
   --threads "${THREADS:-1,2}" --batches "${BATCHES:-1,8,32,128}" --rounds "${ROUNDS:-3}" \
   --sequences "${SEQUENCES:-256}" --max-length "${MAX_LENGTH:-128}" \
   --masque-threading "${MASQUE_THREADING:-workers}" \
-  $([ "${INT8_PER_CHANNEL:-0}" = 1 ] && echo --int8-per-channel) \
+  "${extra[@]}" \
   --memory-limit-gb "${MEMORY_LIMIT_GB:-8}" --quiet-wait "${QUIET_WAIT:-900}" \
   --results "${RESULTS:-results.json}"
