@@ -22,6 +22,7 @@ packages=(
   zlib1g-dev libzstd-dev zstd  # .gz and .zst corpora (zstd: the tests' reference tool)
   clang libclang-rt-14-dev libomp-dev  # tests/fuzz: libFuzzer, and OpenMP for clang
   python3 python3-numpy python3-torch
+  python3-onnx  # bench/encoders: checks the ONNX files export_onnx.py writes, builds the int8 graph
   python3-jinja2  # the reference renderer of the chat-template tests (tests/chat)
   openmpi-bin libopenmpi-dev  # optional at build time: mpirun masque run (docs/scale-out.md)
   pocketsphinx-en-us  # the CMU Pronouncing Dictionary for the G2P experiment (docs/g2p.md)
